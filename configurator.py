@@ -6,8 +6,8 @@ nanoGPT-style configuration. A script defines its defaults as plain globals, the
 
 which runs every config file named on the command line over those globals (plain Python assignments,
 e.g. config/base_pair.py), then applies `--key=value` overrides. Values are parsed with
-ast.literal_eval (a bare word stays a string) and must match the default's type; an int is accepted
-where a float is expected. Unknown keys and wrong types stop with a one-line message.
+ast.literal_eval and must match the default's type (an int is accepted where a float is expected);
+a key whose default is a string takes the text as it is. Unknown keys and wrong types stop with a one-line message.
 """
 import ast
 import sys
@@ -51,9 +51,12 @@ def configure(g, argv=None):
             key, eq, text = arg[2:].partition("=")
             if not eq:
                 raise SystemExit(f"config: expected --key=value, got '{arg}'")
-            try:
-                value = ast.literal_eval(text)
-            except (ValueError, SyntaxError):
-                value = text  # a bare word, e.g. --device=cuda
+            if isinstance(defaults.get(key), str):
+                value = text  # a string key takes the text as it is: --tasks=cola,rte --device=cuda
+            else:
+                try:
+                    value = ast.literal_eval(text)
+                except (ValueError, SyntaxError):
+                    value = text  # not a Python literal: reported as a str where a number is expected
             g[key] = _check(key, value, defaults, f"--{key}")
     return {k: g[k] for k in defaults}  # the effective configuration, e.g. for logging and checkpoints

@@ -1,0 +1,241 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from model import ATTENTION_TYPES, Bert, BertClassifier, BertConfig
+
+TINY = dict(vocab_size=97, block_size=32, type_vocab_size=2, n_layer=2, n_head=4, n_embd=32, n_inner=64)
+
+
+def tiny(attention_type, **kw):
+    torch.manual_seed(0)
+    return Bert(BertConfig(**{**TINY, "attention_type": attention_type, **kw}))
+
+
+# ---- Table 2 of the paper: exact parameter counts -----------------------------------------------------
+TABLE2 = {("small", "original"): 28_795_194, ("small", "symmetric"): 27_744_570, ("small", "pairwise"): 27_875_642,
+          ("base", "original"): 109_514_298, ("base", "symmetric"): 102_427_194, ("base", "pairwise"): 103_017_018}
+SHAPES = {"small": dict(n_layer=4, n_head=8, n_embd=512, n_inner=2048),
+          "base": dict(n_layer=12, n_head=12, n_embd=768, n_inner=3072)}
+
+
+@pytest.mark.parametrize("size,attention_type", list(TABLE2))
+def test_parameter_count_matches_table2(size, attention_type):
+    cfg = BertConfig(vocab_size=30522, block_size=512, type_vocab_size=2, attention_type=attention_type,
+                     **SHAPES[size])
+    with torch.device("meta"):  # no memory, no init: counting only
+        model = Bert(cfg)
+    assert sum(p.numel() for p in model.parameters()) == TABLE2[(size, attention_type)]
+
+
+# ---- Plain float64 re-implementation of the paper's equations ---------------------------------------
+def ref_layer_norm(x, w, b):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + 1e-12) * w + b
+
+
+def ref_encoder(sd, cfg, idx, attention_mask=None):
+    """Post-LN BERT written from the equations, one head and one sequence at a time, with the
+    compatibility operators (1) Q K^T, (3) Q Q^T and (6) Q S Q^T, in float64."""
+    sd = {k: v.double() for k, v in sd.items()}
+    lin = lambda x, name: x @ sd[name + ".weight"].T + sd[name + ".bias"]
+    gelu = lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+    B, T = idx.shape
+    d = cfg.n_embd // cfg.n_head
+    x = sd["encoder.wte.weight"][idx] + sd["encoder.wpe.weight"][:T] + sd["encoder.wtt.weight"][0]
+    x = ref_layer_norm(x, sd["encoder.ln.weight"], sd["encoder.ln.bias"])
+    for l in range(cfg.n_layer):
+        p = f"encoder.layers.{l}."
+        out = torch.zeros_like(x)
+        for b in range(B):
+            Q, V = lin(x[b], p + "attn.query"), lin(x[b], p + "attn.value")
+            K = lin(x[b], p + "attn.key") if cfg.attention_type == "original" else None
+            heads = []
+            for h in range(cfg.n_head):
+                q, v = Q[:, h * d:(h + 1) * d], V[:, h * d:(h + 1) * d]
+                if cfg.attention_type == "original":
+                    A = q @ K[:, h * d:(h + 1) * d].T  # (1)
+                elif cfg.attention_type == "symmetric":
+                    A = q @ q.T  # (3)
+                else:
+                    A = q @ sd[p + "attn.S"][h] @ q.T  # (6)
+                A = A / math.sqrt(d)
+                if attention_mask is not None:
+                    A = A.masked_fill(attention_mask[b][None, :] == 0, float("-inf"))
+                heads.append(torch.softmax(A, dim=-1) @ v)
+            out[b] = lin(torch.cat(heads, dim=-1), p + "attn.out")
+        x = ref_layer_norm(x + out, sd[p + "ln_attn.weight"], sd[p + "ln_attn.bias"])
+        m = lin(gelu(lin(x, p + "fc")), p + "proj")
+        x = ref_layer_norm(x + m, sd[p + "ln_mlp.weight"], sd[p + "ln_mlp.bias"])
+    return x
+
+
+def perturb_(model):
+    """Random non-trivial biases and LayerNorm params so that the comparison exercises them too."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+
+
+@pytest.mark.parametrize("attention_type", ATTENTION_TYPES)
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-9), (torch.float32, 1e-4)])
+def test_encoder_matches_float64_equations(attention_type, dtype, tol):
+    model = tiny(attention_type).eval()
+    perturb_(model)
+    idx = torch.randint(0, 97, (2, 11))
+    ref = ref_encoder(model.state_dict(), model.config, idx)
+    with torch.no_grad():
+        got = model.to(dtype).encoder(idx)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), ref, atol=tol, rtol=tol)
+
+
+def test_pairwise_orientation_matters():
+    # S is unconstrained (not symmetric), so q S q^T and q S^T q^T differ: the float64 comparison above
+    # therefore pins the orientation of equation (6), not just its symmetric part
+    attn = tiny("pairwise").eval().encoder.layers[0].attn
+    x = torch.randn(1, 9, 32)
+    with torch.no_grad():
+        attn.value.weight.mul_(50)  # make the outputs large enough to compare
+        before = attn(x)
+        attn.S.copy_(attn.S.transpose(-1, -2).clone())
+        after = attn(x)
+    assert (before - after).abs().max() > 0.1 * before.abs().max()
+
+
+def test_init_S_standard_normal_linears_002():
+    model = Bert(BertConfig(n_layer=2, n_head=12, n_embd=768, n_inner=3072, attention_type="pairwise"))
+    S = model.encoder.layers[0].attn.S
+    assert S.shape == (12, 64, 64)
+    assert abs(S.std().item() - 1.0) < 0.02 and abs(S.mean().item()) < 0.02
+    W = model.encoder.layers[0].attn.query.weight
+    assert abs(W.std().item() - 0.02) < 0.001
+    assert model.encoder.layers[0].attn.query.bias.abs().max() == 0
+    assert model.encoder.layers[0].attn.key is None  # Q = K: no key projection
+
+
+# ---- Relations between the operators ----------------------------------------------------------------
+def test_pairwise_with_identity_S_equals_symmetric():
+    sym, pair = tiny("symmetric").eval(), tiny("pairwise").eval()
+    perturb_(sym)
+    missing, unexpected = pair.load_state_dict(sym.state_dict(), strict=False)
+    assert all(k.endswith("attn.S") for k in missing) and not unexpected
+    with torch.no_grad():
+        for layer in pair.encoder.layers:
+            layer.attn.S.copy_(torch.eye(layer.attn.S.shape[-1]).expand_as(layer.attn.S))
+    idx = torch.randint(0, 97, (2, 13))
+    with torch.no_grad():
+        assert torch.equal(pair(idx)[0], sym(idx)[0])
+
+
+def test_original_with_key_copied_from_query_equals_symmetric():
+    sym, orig = tiny("symmetric").eval(), tiny("original").eval()
+    perturb_(sym)
+    sd = dict(sym.state_dict())
+    for l in range(sym.config.n_layer):
+        for t in ("weight", "bias"):
+            sd[f"encoder.layers.{l}.attn.key.{t}"] = sd[f"encoder.layers.{l}.attn.query.{t}"]
+    orig.load_state_dict(sd)  # strict: every key of original is covered
+    idx = torch.randint(0, 97, (2, 13))
+    with torch.no_grad():
+        assert torch.equal(orig(idx)[0], sym(idx)[0])
+
+
+# ---- Padding and gradients --------------------------------------------------------------------------
+@pytest.mark.parametrize("attention_type", ATTENTION_TYPES)
+def test_padding_is_invisible(attention_type):
+    model = tiny(attention_type).eval()
+    idx = torch.randint(0, 97, (2, 10))
+    types = torch.randint(0, 2, (2, 10))
+    with torch.no_grad():
+        plain = model(idx, token_type_ids=types)[0]
+        padded = torch.cat([idx, torch.zeros(2, 6, dtype=torch.long)], 1)
+        mask = torch.cat([torch.ones(2, 10), torch.zeros(2, 6)], 1).long()
+        out = model(padded, attention_mask=mask, token_type_ids=torch.cat([types, types[:, :6]], 1))[0]
+        # the masked path against the float64 reference too (a padded position in the middle of row 1)
+        mask2 = torch.ones(2, 10, dtype=torch.long)
+        mask2[1, 4] = 0
+        ref = ref_encoder(model.state_dict(), model.config, idx, mask2)
+        got = model.encoder(idx, attention_mask=mask2)
+    torch.testing.assert_close(out[:, :10], plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got.double(), ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attention_type", ATTENTION_TYPES)
+def test_gradients_reach_every_parameter(attention_type):
+    model = tiny(attention_type)
+    idx = torch.randint(0, 97, (2, 12))
+    targets = torch.where(torch.rand(2, 12) < 0.5, idx, -100)
+    targets[0, 0] = idx[0, 0]
+    _, loss = model(idx, targets, token_type_ids=torch.randint(0, 2, (2, 12)))
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+# ---- MLM head only at predicted positions ------------------------------------------------------------
+@pytest.mark.parametrize("attention_type", ATTENTION_TYPES)
+def test_sparse_head_loss_equals_full_logits_loss(attention_type):
+    model = tiny(attention_type).eval()
+    idx = torch.randint(0, 97, (3, 16))
+    targets = torch.where(torch.rand(3, 16) < 0.2, torch.randint(0, 97, (3, 16)), -100)
+    targets[0, 5] = 3
+    n = int((targets != -100).sum())
+    with torch.no_grad():
+        full, none = model(idx)
+        assert none is None and full.shape == (3, 16, 97)
+        expected = F.cross_entropy(full.view(-1, 97), targets.view(-1), ignore_index=-100)
+        logits, loss = model(idx, targets)
+        assert logits.shape == (n, 97)
+        torch.testing.assert_close(loss, expected)
+        logits, loss_static = model(idx, targets, n_pred=n + 7)  # static shape with 7 padding rows
+        assert logits.shape == (n + 7, 97)
+        torch.testing.assert_close(loss_static, expected)
+
+
+# ---- Bad configuration ---------------------------------------------------------------------------------
+def test_bad_config_fails_at_construction():
+    with pytest.raises(ValueError, match="attention_type must be one of"):
+        BertConfig(attention_type="asymmetric")
+    with pytest.raises(ValueError, match="divisible by n_head"):
+        BertConfig(n_embd=100, n_head=12)
+
+
+# ---- GLUE head, optimizer, FLOPs -------------------------------------------------------------------------
+@pytest.mark.parametrize("num_labels", [1, 3])
+def test_classifier_loads_pretrained_encoder(num_labels):
+    mlm = tiny("pairwise").eval()
+    clf = BertClassifier.from_pretrained(mlm.config, mlm.state_dict(), num_labels).eval()
+    idx = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(clf.encoder(idx), mlm.encoder(idx))
+        labels = torch.tensor([0.5, 2.0]) if num_labels == 1 else torch.tensor([0, 2])
+        logits, loss = clf(idx, labels)
+    assert logits.shape == (2, num_labels)
+    expected = (F.mse_loss(logits.squeeze(-1), labels) if num_labels == 1 else F.cross_entropy(logits, labels))
+    torch.testing.assert_close(loss, expected)
+    with pytest.raises(RuntimeError):  # another operator's weights do not load silently
+        BertClassifier.from_pretrained(tiny("original").config, mlm.state_dict(), num_labels)
+
+
+def test_optimizer_decays_matrices_only():
+    model = tiny("pairwise")
+    opt = model.configure_optimizers(0.01, 1e-4, (0.9, 0.999), 1e-12, "cpu")
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() == 1 for p in no_decay["params"])
+    assert any(p is model.encoder.layers[0].attn.S for p in decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_flops_per_token_counts_operator_and_head_differences():
+    C, L, H, T, V = 32, 2, 4, 16, 97
+    f = {a: tiny(a).flops_per_token(T, 0.15) for a in ATTENTION_TYPES}
+    assert f["original"] - f["symmetric"] == pytest.approx(6 * L * C * C)  # the key projection
+    assert f["pairwise"] - f["symmetric"] == pytest.approx(6 * L * H * (C // H) ** 2)  # q S_h
+    m = tiny("original")
+    assert m.flops_per_token(T, 1.0) - m.flops_per_token(T, 0.0) == pytest.approx(6 * (C * C + V * C))
