@@ -9,6 +9,10 @@ A compact BERT (post-LayerNorm, as in Devlin et al. 2018) with the three compati
 All three are ordinary scaled-dot-product attention with (q, k) = (q, k), (q, q) or (q S_h, q), so they
 share one fused kernel. `Bert` is the masked-LM model, `BertClassifier` the GLUE model; both are built
 on the same `Encoder`, so a pre-training checkpoint loads into either.
+
+Also, for comparison with HybridBERT (Srinivasagan & Ostermann 2024, code unreleased: a reconstruction):
+'additive' (Fastformer additive attention, linear in sequence length), 'hybrid' (layers cycle through
+`hybrid_pattern`, by default original / additive alternately) and `sub_ln` (Magneto's sub-layer norms).
 """
 import math
 from dataclasses import dataclass
@@ -17,7 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ATTENTION_TYPES = ("original", "symmetric", "pairwise")
+OPERATORS = ("original", "symmetric", "pairwise", "additive")  # what one layer can use
+ATTENTION_TYPES = OPERATORS + ("hybrid",)
 
 
 @dataclass
@@ -31,12 +36,22 @@ class BertConfig:
     n_inner: int = 3072  # MLP width
     dropout: float = 0.1
     attention_type: str = "original"
+    hybrid_pattern: str = "original,additive"  # attention_type='hybrid': layer l uses entry l % len
+    sub_ln: bool = False  # extra LayerNorm before the attention output projection and the MLP's 2nd linear
 
     def __post_init__(self):
         if self.attention_type not in ATTENTION_TYPES:
             raise ValueError(f"attention_type must be one of {ATTENTION_TYPES}, got {self.attention_type!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.attention_type == "hybrid" and not set(self.hybrid_pattern.split(",")) <= set(OPERATORS):
+            raise ValueError(f"hybrid_pattern must be a comma list of {OPERATORS}, got {self.hybrid_pattern!r}")
+
+    def layer_operators(self):
+        if self.attention_type != "hybrid":
+            return [self.attention_type] * self.n_layer
+        cycle = self.hybrid_pattern.split(",")
+        return [cycle[l % len(cycle)] for l in range(self.n_layer)]
 
 
 def LayerNorm(n):
@@ -44,15 +59,16 @@ def LayerNorm(n):
 
 
 class SelfAttention(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, operator):
         super().__init__()
         self.n_head, self.dropout = cfg.n_head, cfg.dropout
         d = cfg.n_embd // cfg.n_head
         self.query = nn.Linear(cfg.n_embd, cfg.n_embd)
-        self.key = nn.Linear(cfg.n_embd, cfg.n_embd) if cfg.attention_type == "original" else None
+        self.key = nn.Linear(cfg.n_embd, cfg.n_embd) if operator == "original" else None
         self.value = nn.Linear(cfg.n_embd, cfg.n_embd)
         # pairwise factors, one unconstrained d x d matrix per head, initialised N(0, 1) (see _init_weights)
-        self.S = nn.Parameter(torch.empty(cfg.n_head, d, d)) if cfg.attention_type == "pairwise" else None
+        self.S = nn.Parameter(torch.empty(cfg.n_head, d, d)) if operator == "pairwise" else None
+        self.sub_ln = LayerNorm(cfg.n_embd) if cfg.sub_ln else nn.Identity()
         self.out = nn.Linear(cfg.n_embd, cfg.n_embd)
 
     def forward(self, x, mask=None):
@@ -64,24 +80,58 @@ class SelfAttention(nn.Module):
             q = q @ self.S  # pairwise: (q S_h) q^T, S broadcast over the batch
         y = F.scaled_dot_product_attention(q, k, heads(self.value(x)), attn_mask=mask,
                                            dropout_p=self.dropout if self.training else 0.0)
-        return self.out(y.transpose(1, 2).reshape(B, T, C))
+        return self.out(self.sub_ln(y.transpose(1, 2).reshape(B, T, C)))
+
+
+class AdditiveAttention(nn.Module):
+    """Fastformer (Wu et al. 2021), per head: a global query q_g = sum_i softmax_i(w_q.q_i/sqrt(d)) q_i,
+    p_i = q_g * k_i, a global key k_g = sum_i softmax_i(w_k.p_i/sqrt(d)) p_i, u_i = k_g * v_i,
+    out_i = W_o u_i + q_i. Padding is left out of both softmaxes. Cost is linear in T."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.n_head = cfg.n_head
+        d = cfg.n_embd // cfg.n_head
+        self.query = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.key = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.value = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.w_q = nn.Parameter(torch.empty(cfg.n_head, d, 1))  # pooling vectors, one per head
+        self.w_k = nn.Parameter(torch.empty(cfg.n_head, d, 1))
+        self.sub_ln = LayerNorm(cfg.n_embd) if cfg.sub_ln else nn.Identity()
+        self.out = nn.Linear(cfg.n_embd, cfg.n_embd)
+
+    def forward(self, x, mask=None):
+        B, T, C = x.shape
+        heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, d)
+
+        def pool(t, w):  # softmax over the real tokens of (w . t_i / sqrt(d)), then sum_i a_i t_i
+            scores = (t @ w) / math.sqrt(t.size(-1))  # (B, nh, T, 1)
+            if mask is not None:
+                scores = scores.masked_fill(~mask.transpose(-1, -2), float("-inf"))
+            return (scores.softmax(dim=2) * t).sum(dim=2, keepdim=True)  # (B, nh, 1, d)
+
+        q = self.query(x)
+        p = pool(heads(q), self.w_q) * heads(self.key(x))
+        u = pool(p, self.w_k) * heads(self.value(x))
+        return self.out(self.sub_ln(u.transpose(1, 2).reshape(B, T, C))) + q
 
 
 class Layer(nn.Module):
     """Post-LN encoder layer: x = LN(x + attn(x)); x = LN(x + mlp(x))."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, operator):
         super().__init__()
-        self.attn = SelfAttention(cfg)
+        self.attn = AdditiveAttention(cfg) if operator == "additive" else SelfAttention(cfg, operator)
         self.ln_attn = LayerNorm(cfg.n_embd)
         self.fc = nn.Linear(cfg.n_embd, cfg.n_inner)
+        self.sub_ln = LayerNorm(cfg.n_inner) if cfg.sub_ln else nn.Identity()
         self.proj = nn.Linear(cfg.n_inner, cfg.n_embd)
         self.ln_mlp = LayerNorm(cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x, mask=None):
         x = self.ln_attn(x + self.drop(self.attn(x, mask)))
-        return self.ln_mlp(x + self.drop(self.proj(F.gelu(self.fc(x)))))
+        return self.ln_mlp(x + self.drop(self.proj(self.sub_ln(F.gelu(self.fc(x))))))
 
 
 class Encoder(nn.Module):
@@ -92,7 +142,7 @@ class Encoder(nn.Module):
         self.wtt = nn.Embedding(cfg.type_vocab_size, cfg.n_embd)
         self.ln = LayerNorm(cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
-        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layer))
+        self.layers = nn.ModuleList(Layer(cfg, op) for op in cfg.layer_operators())
 
     def forward(self, idx, attention_mask=None, token_type_ids=None):
         B, T = idx.shape
@@ -118,6 +168,9 @@ def _init_weights(module):
             nn.init.zeros_(m.bias)
         if isinstance(m, SelfAttention) and m.S is not None:
             nn.init.normal_(m.S, std=1.0)
+        if isinstance(m, AdditiveAttention):
+            nn.init.normal_(m.w_q, std=0.02)
+            nn.init.normal_(m.w_k, std=0.02)
 
 
 class Bert(nn.Module):
@@ -164,9 +217,10 @@ class Bert(nn.Module):
         """Training FLOPs per input token (forward + backward = 3x forward, 2 FLOPs per multiply-add).
         pred_frac = fraction of positions where the MLM head is computed (it runs only there)."""
         cfg = self.config
-        enc_matmul = sum(p.numel() for n, p in self.encoder.layers.named_parameters()
-                         if p.dim() >= 2)  # q, k, v, out, fc, proj weights and S
-        attn = 2 * 2 * cfg.n_layer * T * cfg.n_embd  # q.k scores and probs.v, per token
+        enc_matmul = sum(p.numel() for p in self.encoder.layers.parameters()
+                         if p.dim() >= 2)  # q, k, v, out, fc, proj weights, S, w_q, w_k
+        n_softmax = sum(op != "additive" for op in cfg.layer_operators())  # additive layers have no T x T
+        attn = 2 * 2 * n_softmax * T * cfg.n_embd  # q.k scores and probs.v, per token
         head = self.head_dense.weight.numel() + self.encoder.wte.weight.numel()
         return 3 * (2 * enc_matmul + attn + pred_frac * 2 * head)
 

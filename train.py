@@ -30,7 +30,9 @@ out_dir = "out"
 init_from = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
 dataset = "builtin"  # a folder under data/ (or a path) made by prepare_oscar.py
 # model
-attention_type = "original"  # 'original' | 'symmetric' | 'pairwise'
+attention_type = "original"  # 'original' | 'symmetric' | 'pairwise' | 'additive' | 'hybrid'
+hybrid_pattern = "original,additive"  # attention_type='hybrid': layer l uses entry l % len
+sub_ln = False  # sub-layer LayerNorms (HybridBERT / Magneto)
 n_layer, n_head, n_embd, n_inner = 12, 12, 768, 3072
 block_size = 512  # sequence length; must divide the dataset's block size
 dropout = 0.1
@@ -185,7 +187,8 @@ if __name__ == "__main__":
             raise SystemExit(f"train: {ckpt_path} exists: continue it with --init_from=resume, "
                              "or choose another out_dir (nothing is overwritten)")
         model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, n_inner=n_inner, block_size=block_size,
-                          dropout=dropout, attention_type=attention_type)
+                          dropout=dropout, attention_type=attention_type, hybrid_pattern=hybrid_pattern,
+                          sub_ln=sub_ln)
         try:
             model_args = asdict(BertConfig(**model_args))
         except ValueError as e:

@@ -37,9 +37,28 @@ def ref_layer_norm(x, w, b):
     return (x - mu) / torch.sqrt(var + 1e-12) * w + b
 
 
+def ref_additive(x, sd, p, d, n_head, real):
+    """Fastformer additive attention (REFERENCE.md section 2) for one sequence, token by token."""
+    Q, K, V = (x @ sd[f"{p}attn.{n}.weight"].T + sd[f"{p}attn.{n}.bias"] for n in ("query", "key", "value"))
+    U = torch.zeros_like(Q)
+    for h in range(n_head):
+        sl = slice(h * d, (h + 1) * d)
+        w_q, w_k = sd[p + "attn.w_q"][h, :, 0], sd[p + "attn.w_k"][h, :, 0]
+        alpha = torch.softmax(torch.tensor([(w_q @ Q[i, sl]) / math.sqrt(d) if real[i] else -math.inf
+                                            for i in range(len(x))], dtype=x.dtype), 0)
+        q_g = sum(alpha[i] * Q[i, sl] for i in range(len(x)))
+        P = [q_g * K[i, sl] for i in range(len(x))]
+        beta = torch.softmax(torch.tensor([(w_k @ P[i]) / math.sqrt(d) if real[i] else -math.inf
+                                           for i in range(len(x))], dtype=x.dtype), 0)
+        k_g = sum(beta[i] * P[i] for i in range(len(x)))
+        for i in range(len(x)):
+            U[i, sl] = k_g * V[i, sl]
+    return U, Q
+
+
 def ref_encoder(sd, cfg, idx, attention_mask=None):
     """Post-LN BERT written from the equations, one head and one sequence at a time, with the
-    compatibility operators (1) Q K^T, (3) Q Q^T and (6) Q S Q^T, in float64."""
+    compatibility operators (1) Q K^T, (3) Q Q^T and (6) Q S Q^T, or additive attention, in float64."""
     sd = {k: v.double() for k, v in sd.items()}
     lin = lambda x, name: x @ sd[name + ".weight"].T + sd[name + ".bias"]
     gelu = lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
@@ -47,28 +66,33 @@ def ref_encoder(sd, cfg, idx, attention_mask=None):
     d = cfg.n_embd // cfg.n_head
     x = sd["encoder.wte.weight"][idx] + sd["encoder.wpe.weight"][:T] + sd["encoder.wtt.weight"][0]
     x = ref_layer_norm(x, sd["encoder.ln.weight"], sd["encoder.ln.bias"])
+    sub_ln = lambda x, name: ref_layer_norm(x, sd[name + ".weight"], sd[name + ".bias"]) if cfg.sub_ln else x
+    pattern = cfg.hybrid_pattern.split(",") if cfg.attention_type == "hybrid" else [cfg.attention_type]
     for l in range(cfg.n_layer):
-        p = f"encoder.layers.{l}."
+        p, op = f"encoder.layers.{l}.", pattern[l % len(pattern)]
         out = torch.zeros_like(x)
         for b in range(B):
+            real = attention_mask[b] != 0 if attention_mask is not None else torch.ones(T, dtype=torch.bool)
+            if op == "additive":
+                U, Q = ref_additive(x[b], sd, p, d, cfg.n_head, real)
+                out[b] = lin(sub_ln(U, p + "attn.sub_ln"), p + "attn.out") + Q
+                continue
             Q, V = lin(x[b], p + "attn.query"), lin(x[b], p + "attn.value")
-            K = lin(x[b], p + "attn.key") if cfg.attention_type == "original" else None
+            K = lin(x[b], p + "attn.key") if op == "original" else None
             heads = []
             for h in range(cfg.n_head):
                 q, v = Q[:, h * d:(h + 1) * d], V[:, h * d:(h + 1) * d]
-                if cfg.attention_type == "original":
+                if op == "original":
                     A = q @ K[:, h * d:(h + 1) * d].T  # (1)
-                elif cfg.attention_type == "symmetric":
+                elif op == "symmetric":
                     A = q @ q.T  # (3)
                 else:
                     A = q @ sd[p + "attn.S"][h] @ q.T  # (6)
-                A = A / math.sqrt(d)
-                if attention_mask is not None:
-                    A = A.masked_fill(attention_mask[b][None, :] == 0, float("-inf"))
+                A = (A / math.sqrt(d)).masked_fill(~real[None, :], float("-inf"))
                 heads.append(torch.softmax(A, dim=-1) @ v)
-            out[b] = lin(torch.cat(heads, dim=-1), p + "attn.out")
+            out[b] = lin(sub_ln(torch.cat(heads, dim=-1), p + "attn.sub_ln"), p + "attn.out")
         x = ref_layer_norm(x + out, sd[p + "ln_attn.weight"], sd[p + "ln_attn.bias"])
-        m = lin(gelu(lin(x, p + "fc")), p + "proj")
+        m = lin(sub_ln(gelu(lin(x, p + "fc")), p + "sub_ln"), p + "proj")
         x = ref_layer_norm(x + m, sd[p + "ln_mlp.weight"], sd[p + "ln_mlp.bias"])
     return x
 
@@ -82,9 +106,10 @@ def perturb_(model):
 
 
 @pytest.mark.parametrize("attention_type", ATTENTION_TYPES)
+@pytest.mark.parametrize("sub_ln", [False, True])
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-9), (torch.float32, 1e-4)])
-def test_encoder_matches_float64_equations(attention_type, dtype, tol):
-    model = tiny(attention_type).eval()
+def test_encoder_matches_float64_equations(attention_type, sub_ln, dtype, tol):
+    model = tiny(attention_type, sub_ln=sub_ln, hybrid_pattern="pairwise,additive").eval()
     perturb_(model)
     idx = torch.randint(0, 97, (2, 11))
     ref = ref_encoder(model.state_dict(), model.config, idx)
@@ -239,3 +264,39 @@ def test_flops_per_token_counts_operator_and_head_differences():
     assert f["pairwise"] - f["symmetric"] == pytest.approx(6 * L * H * (C // H) ** 2)  # q S_h
     m = tiny("original")
     assert m.flops_per_token(T, 1.0) - m.flops_per_token(T, 0.0) == pytest.approx(6 * (C * C + V * C))
+
+
+# ---- HybridBERT reconstruction: additive attention, hybrid layouts, sub-LN ------------------------------
+@pytest.mark.parametrize("attention_type,pattern", [("additive", ""), ("hybrid", "original,additive"),
+                                                    ("hybrid", "pairwise,additive,additive")])
+@pytest.mark.parametrize("sub_ln", [False, True])
+def test_parameter_count_formula_new_types(attention_type, pattern, sub_ln):
+    V, P, Ty, L, H, C, I = 1000, 64, 2, 6, 4, 32, 96
+    d = C // H
+    attn = {"original": 4 * (C * C + C), "pairwise": 3 * (C * C + C) + H * d * d,
+            "additive": 4 * (C * C + C) + 2 * C}  # q, k, v, out projections + the pooling vectors w_q, w_k
+    ops = pattern.split(",") if pattern else [attention_type]
+    layers = sum(attn[ops[l % len(ops)]] + 2 * C + (C * I + I) + (I * C + C) + 2 * C
+                 + (2 * C + 2 * I if sub_ln else 0) for l in range(L))
+    expected = (V * C + P * C + Ty * C + 2 * C) + layers + (C * C + C + 2 * C + V)
+    cfg = BertConfig(vocab_size=V, block_size=P, type_vocab_size=Ty, n_layer=L, n_head=H, n_embd=C, n_inner=I,
+                     attention_type=attention_type, hybrid_pattern=pattern or "original,additive", sub_ln=sub_ln)
+    assert sum(p.numel() for p in Bert(cfg).parameters()) == expected
+
+
+def test_hybrid_layout_and_bad_pattern():
+    model = tiny("hybrid", n_layer=4)
+    kinds = [type(layer.attn).__name__ for layer in model.encoder.layers]
+    assert kinds == ["SelfAttention", "AdditiveAttention"] * 2  # layer 0 standard, then alternating
+    assert model.encoder.layers[0].attn.key is not None  # the standard layers use the original operator
+    with pytest.raises(ValueError, match="hybrid_pattern must be"):
+        BertConfig(attention_type="hybrid", hybrid_pattern="original,linear")
+
+
+def test_additive_attention_flops_have_no_quadratic_term():
+    m = tiny("additive")
+    assert m.flops_per_token(4096, 0.15) == m.flops_per_token(16, 0.15)
+    h = tiny("hybrid")  # one softmax layer of two
+    o = tiny("original")
+    assert (h.flops_per_token(1024, 0) - h.flops_per_token(16, 0)) * 2 == pytest.approx(
+        o.flops_per_token(1024, 0) - o.flops_per_token(16, 0))

@@ -104,7 +104,7 @@ def test_checkpoint_survives_crash_mid_write(tmp_path):
 
 
 # ---- end to end, on the built-in corpus ---------------------------------------------------------------
-@pytest.mark.parametrize("attention_type", ["original", "symmetric", "pairwise"])
+@pytest.mark.parametrize("attention_type", ["original", "symmetric", "pairwise", "hybrid"])
 def test_loss_falls_for_each_operator(data_dir, tmp_path, attention_type):
     out = str(tmp_path / "out")
     run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", f"--attention_type={attention_type}",

@@ -1,0 +1,7 @@
+from config.small import *  # noqa: F401,F403
+
+# HybridBERT-style (a reconstruction, see README): layers alternate original / additive attention, sub-LN
+attention_type = "hybrid"
+hybrid_pattern = "original,additive"
+sub_ln = True
+out_dir = "out/small_hybrid"
