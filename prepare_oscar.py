@@ -1,0 +1,302 @@
+"""
+Pre-training data for BERT, nanoGPT style. Every document becomes [CLS] tokens [SEP]; documents are
+concatenated and cut into block_size-token blocks (the remainder is dropped), written as uint16 token ids
+to out_dir/train.bin and out_dir/val.bin, with a small meta.json. The first val_docs kept documents form
+val.bin, the rest train.bin, so the two never share a document. meta.json records the tokenizer, special ids,
+block size, blocks and tokens per split, and documents kept/dropped per rule, so train.py can check its data.
+
+    python prepare_oscar.py                                     # built-in offline corpus -> data/builtin
+    python prepare_oscar.py --source=oscar --num_proc=16        # OSCAR-2301 English from the HF Hub (gated)
+    python prepare_oscar.py --source=files --files='oscar/en_meta_part_*.jsonl.zst'
+    python prepare_oscar.py --source=hf:Salesforce/wikitext --hf_config=wikitext-103-raw-v1
+
+Records with OSCAR's "metadata" object go through the paper's Appendix A filters; anything else is kept.
+"""
+import ast
+import glob
+import gzip
+import io
+import itertools
+import json
+import os
+import random
+import re
+import sysconfig
+import time
+from collections import Counter, deque
+from multiprocessing import Pool
+
+import numpy as np
+from tqdm import tqdm
+
+import tokenizer
+
+# -----------------------------------------------------------------------------
+source = 'builtin'   # 'builtin' | 'oscar' | 'files' | 'hf:<dataset>' (any Hugging Face text dataset)
+files = ''          # glob for source='files': *.jsonl / *.json (JSON lines) or *.txt, optionally .zst / .gz
+out_dir = ''        # '' -> data/<source>
+block_size = 512
+num_proc = os.cpu_count() or 1  # tokenising processes (1: in this process)
+max_docs = -1       # stop after this many kept documents; <= 0: 30M (the paper's) for oscar, all otherwise
+val_docs = -1       # the first val_docs kept documents go to val.bin; -1: 10,000 (the paper), 80 for builtin
+text_field = ''     # JSON field with the text; '' -> 'content' (OSCAR) if present, else 'text'
+hf_config = ''      # config name for source='hf:...', e.g. wikitext-103-raw-v1
+overwrite = False   # rebuild out_dir even if it holds a finished dataset
+# -----------------------------------------------------------------------------
+if __name__ == "__main__":  # here, so that only the keys above are configurable
+    from configurator import configure
+    config = configure(globals())
+
+BLOCKED = frozenset("agressif adult cryptojacking dangerous_material phishing warez ddos hacking malware "
+                    "mixed_adult sect".split())  # UT1 categories, spelled as in OSCAR
+RULES = ("bad_json", "no_text", "blocked_category", "harmful_pp", "quality_warnings")  # why a doc is dropped
+OSCAR_GLOB = "datasets/oscar-corpus/OSCAR-2301/en_meta/en_meta_part_*.jsonl.zst"
+OSCAR_ACCESS = ("OSCAR-2301 is gated: accept its terms at https://huggingface.co/datasets/oscar-corpus/"
+                "OSCAR-2301 with your account, then `huggingface-cli login` or export HF_TOKEN=hf_...")
+CHUNK = 64  # documents per task sent to a worker
+
+
+def oscar_rule(meta):
+    """Appendix A of the paper: the rule that drops a document with this OSCAR metadata, or None to keep it."""
+    if BLOCKED.intersection(meta.get("categories") or ()):
+        return "blocked_category"
+    pp = meta.get("harmful_pp")  # KenLM perplexity under a model of harmful text: low means harmful
+    if not isinstance(pp, (int, float)) or not 5.0 < pp < 100000.0:
+        return "harmful_pp"  # strict bounds; missing or null drops too
+    if meta.get("quality_warnings"):
+        return "quality_warnings"
+    return None
+
+
+def tokenize_chunk(items, text_field):
+    """Worker: JSON lines or dicts -> [(rule, None) for a dropped doc, (None, uint16 ids) for a kept doc]."""
+    enc, special = tokenizer.get_tokenizer()
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            try:
+                item = json.loads(item)
+            except ValueError:
+                item = None
+        if not isinstance(item, dict):
+            out.append(("bad_json", None))
+            continue
+        text = item.get(text_field) if text_field else item.get("content", item.get("text"))
+        meta = item.get("metadata")
+        rule = "no_text" if not isinstance(text, str) or not text or text.isspace() else \
+            oscar_rule(meta) if isinstance(meta, dict) else None
+        if rule:
+            out.append((rule, None))
+            continue
+        ids = enc.encode_ordinary(text)  # ordinary: '[CLS]' written in a document stays plain text
+        doc = np.empty(len(ids) + 2, dtype=np.uint16)  # every id < 50261 fits in uint16
+        doc[0], doc[1:-1], doc[-1] = special["cls"], ids, special["sep"]
+        out.append((None, doc))
+    return out
+
+
+def in_order(items, n, text_field):
+    """Yields tokenize_chunk results in input order, holding at most a few chunks in memory (Pool.imap does
+    not: it reads its whole input ahead, which blows up on a large corpus)."""
+    chunks = iter(lambda: [x for _, x in zip(range(CHUNK), items)], [])
+    if n <= 1:
+        yield from (tokenize_chunk(c, text_field) for c in chunks)
+        return
+    with Pool(n) as pool:
+        pending = deque()
+        for c in chunks:
+            pending.append(pool.apply_async(tokenize_chunk, (c, text_field)))
+            if len(pending) >= 2 * n:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+# ----------------------------------------------------------------------------- sources: iterators of items
+def one_line(e):
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+
+
+def natural_sorted(paths):  # en_meta_part_2 before en_meta_part_10
+    return sorted(paths, key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)])
+
+
+def file_items(path, f):
+    """Streams one local or remote binary file: JSON lines as they are, other text as blank-line separated docs."""
+    name = path
+    if path.endswith(".zst"):
+        try:
+            import zstandard
+        except ImportError:
+            raise SystemExit(f"{path}: reading .zst files needs `pip install zstandard`")
+        f, name = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), path[:-4]
+    elif path.endswith(".gz"):
+        f, name = gzip.GzipFile(fileobj=f), path[:-3]
+    lines = io.TextIOWrapper(f, encoding="utf-8", errors="replace")
+    if name.endswith((".jsonl", ".json")):
+        yield from (line for line in lines if line.strip())
+    else:
+        for text, group in itertools.groupby(lines, key=lambda line: bool(line.strip())):
+            if text:
+                yield {"text": "".join(group).rstrip("\n")}
+
+
+def local_items(pattern):
+    paths = natural_sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p))
+    if not paths:
+        raise SystemExit(f"files: no file matches {pattern!r}" if pattern else "source=files needs --files=GLOB")
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                yield from file_items(path, f)
+        except Exception as e:  # unreadable or corrupt (a truncated .gz, bad zstd data): one line naming the file
+            raise SystemExit(f"{path}: {one_line(e)}")
+
+
+def oscar_items():
+    """The raw en_meta files streamed from the Hub through huggingface_hub's filesystem (the one `datasets`
+    streams with), so they take exactly the code path of local files. `datasets.load_dataset` cannot be
+    used: OSCAR-2301 is a loading-script dataset, which datasets >= 4 no longer runs."""
+    try:
+        from huggingface_hub import HfFileSystem
+    except ImportError:
+        raise SystemExit("source=oscar needs `pip install datasets` (for huggingface_hub)")
+    try:
+        fs = HfFileSystem()
+        paths = natural_sorted(fs.glob(OSCAR_GLOB))
+        if not paths:
+            raise FileNotFoundError("no en_meta files listed")
+        for path in paths:
+            with fs.open(path, "rb", block_size=0) as f:  # block_size=0: one streamed download
+                yield from file_items(path, f)
+    except Exception as e:  # gated, no token, offline, or the connection dropped: all one line
+        raise SystemExit(f"oscar: cannot stream from the Hub ({one_line(e)}). {OSCAR_ACCESS}")
+
+
+def hf_items(name, config):
+    try:
+        from datasets import load_dataset
+        ds = load_dataset(name, config or None, split="train", streaming=True)
+        yield from ds
+    except ImportError:
+        raise SystemExit(f"source=hf:{name} needs `pip install datasets`")
+    except Exception as e:  # not found, gated, needs a config, offline
+        raise SystemExit(f"hf:{name}: {one_line(e)} (gated datasets need `huggingface-cli login`; "
+                         "pick a config with --hf_config)")
+
+
+def builtin_items():
+    """Real English that ships with Python: the pydoc help topics, and one document per standard-library module
+    made of its docstrings (read with ast, never imported). ~2 MB: a smoke-test corpus, not a pre-training one."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:  # some distributions split it off
+        topics = {}
+    root = sysconfig.get_paths()["stdlib"]
+    docs = [("topic", k) for k in sorted(topics)]
+    for d, dirs, names in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if x not in ("site-packages", "dist-packages", "test", "tests",
+                                                       "idle_test", "__pycache__"))
+        docs += [("module", os.path.join(d, n)) for n in sorted(names) if n.endswith(".py")]
+    random.Random(0).shuffle(docs)  # a fixed mix, so that val (the first docs) looks like train
+    for kind, key in docs:
+        if kind == "topic":
+            yield {"text": topics[key]}
+            continue
+        try:
+            with open(key, "rb") as f:
+                tree = ast.parse(f.read())
+        except (SyntaxError, ValueError, OSError):
+            continue
+        kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        text = "\n\n".join(s for n in ast.walk(tree) if isinstance(n, kinds) and (s := ast.get_docstring(n)))
+        if text:
+            yield {"text": text}
+
+
+# -----------------------------------------------------------------------------
+def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, text_field, hf_config, overwrite):
+    if source == "builtin":
+        items = builtin_items()
+    elif source == "oscar":
+        items = oscar_items()
+    elif source == "files":
+        items = local_items(files)
+    elif source.startswith("hf:") and len(source) > 3:
+        items = hf_items(source[3:], hf_config)
+    else:
+        raise SystemExit(f"source must be builtin, oscar, files or hf:<dataset>, got {source!r}")
+    if files and source != "files":
+        raise SystemExit("--files is read only with --source=files")
+    if block_size < 2:
+        raise SystemExit(f"block_size must be at least 2, got {block_size}")
+    out_dir = out_dir or os.path.join("data", re.sub(r"[^\w.-]+", "_", source))
+    max_docs = max_docs if max_docs > 0 else 30_000_000 if source == "oscar" else None  # None: all
+    val_docs = val_docs if val_docs >= 0 else 80 if source == "builtin" else 10_000
+    final = {name: os.path.join(out_dir, name) for name in ("train.bin", "val.bin", "meta.json")}
+    if os.path.exists(final["meta.json"]) and not overwrite:
+        raise SystemExit(f"{out_dir} already holds a finished dataset; pass --overwrite=True to rebuild it")
+    enc, special = tokenizer.get_tokenizer()  # fails here, in one line, if the GPT-2 files are missing
+    counts, ntok, t0 = Counter(), Counter(), time.time()
+
+    def kept_docs():  # in corpus order, counting every document read by its fate
+        for results in in_order(items, num_proc, text_field):
+            for rule, doc in results:
+                counts[rule or "kept"] += 1
+                if doc is not None:
+                    yield doc
+
+    os.makedirs(out_dir, exist_ok=True)
+    tmp = {name: path + ".tmp" for name, path in final.items()}  # renamed only once complete
+    outs = {split: open(tmp[f"{split}.bin"], "wb") for split in ("train", "val")}
+    try:
+        with tqdm(unit=" docs", desc=f"prepare {source}", mininterval=1) as bar:  # 1 s: small logs
+            for i, doc in enumerate(itertools.islice(kept_docs(), max_docs)):
+                split = "val" if i < val_docs else "train"
+                outs[split].write(doc)  # raw uint16 ids, streamed: nothing accumulates in memory
+                ntok[split] += len(doc)
+                if bar.update():  # True when the bar was redrawn
+                    bar.set_postfix(dropped=counts.total() - counts["kept"],
+                                    tokens_per_s=f"{ntok.total() / (time.time() - t0):,.0f}", refresh=False)
+        blocks = {split: ntok[split] // block_size for split in outs}
+        for split, f in outs.items():
+            f.truncate(blocks[split] * block_size * 2)  # whole blocks only: the remainder is dropped
+            f.close()
+        kept, read = counts["kept"], counts.total()
+        print(f"documents: {read:,} read, {kept:,} kept ({min(kept, val_docs):,} for val); dropped: "
+              + ", ".join(f"{r} {counts[r]:,}" for r in RULES))
+        if kept == 0:
+            raise SystemExit("no document survived: nothing to write (check --source, --files, --text_field)")
+        for split in outs:
+            if blocks[split] == 0:
+                raise SystemExit(f"{split}.bin would hold no {block_size}-token block ({ntok[split]:,} tokens): "
+                                 "use more documents, a smaller --val_docs or a smaller --block_size")
+        meta = {"source": source, "tokenizer": "gpt2+bert-special", "vocab_size": tokenizer.VOCAB_SIZE,
+                "n_tokenizer_vocab": enc.n_vocab, "special": special, "dtype": "uint16", "block_size": block_size,
+                "train_blocks": blocks["train"], "val_blocks": blocks["val"],
+                "train_tokens": blocks["train"] * block_size, "val_tokens": blocks["val"] * block_size,
+                "documents": {"read": read, "kept": kept, "val": min(kept, val_docs),
+                              "train": max(kept - val_docs, 0), "dropped": {r: counts[r] for r in RULES}}}
+        with open(tmp["meta.json"], "w") as f:
+            json.dump(meta, f, indent=2)
+        if os.path.exists(final["meta.json"]):
+            os.remove(final["meta.json"])  # the old dataset stops counting as finished before its files change
+        for name in ("train.bin", "val.bin", "meta.json"):  # meta.json last: it marks the dataset finished
+            os.replace(tmp[name], final[name])
+    finally:  # after an error or Ctrl-C, no temporary file stays behind
+        for f in outs.values():
+            f.close()
+        for path in tmp.values():
+            if os.path.exists(path):
+                os.remove(path)
+    dt = time.time() - t0
+    print(f"{out_dir}: train {blocks['train']:,} blocks, val {blocks['val']:,} blocks of {block_size} tokens; "
+          f"{ntok.total():,} tokens in {dt:.1f}s ({ntok.total() / dt:,.0f} tokens/s)")
+    return meta
+
+
+if __name__ == "__main__":
+    try:
+        prepare(**config)
+    except KeyboardInterrupt:
+        raise SystemExit("interrupted: no dataset was written")
