@@ -77,7 +77,8 @@ class SelfAttention(nn.Module):
         q = heads(self.query(x))
         k = heads(self.key(x)) if self.key is not None else q  # symmetric and pairwise: K = Q
         if self.S is not None:
-            q = q @ self.S  # pairwise: (q S_h) q^T, S broadcast over the batch
+            q = torch.einsum("bhtd,hde->bhte", q, self.S)  # pairwise: (q S_h) q^T. Not q @ S: its broadcast
+            # backward is ~100x slower on CPU
         y = F.scaled_dot_product_attention(q, k, heads(self.value(x)), attn_mask=mask,
                                            dropout_p=self.dropout if self.training else 0.0)
         return self.out(self.sub_ln(y.transpose(1, 2).reshape(B, T, C)))
@@ -210,7 +211,7 @@ class Bert(nn.Module):
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        fused = device_type == "cuda"  # fused AdamW: one kernel for all parameters
+        fused = device_type in ("cuda", "cpu")  # one kernel for all parameters (~6x faster step on 2 CPU cores)
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps, fused=fused)
 
     def flops_per_token(self, T, pred_frac):

@@ -1,0 +1,163 @@
+"""
+Times MLM pre-training steps (forward + backward + AdamW) for each attention_type, and Hugging Face
+BertForMaskedLM (SDPA attention) on the same shape, vocabulary, batch and masking when `transformers`
+is installed (it is not a requirement of this project).
+
+    python bench.py                                        # CPU: bert-small shape, seq 128, batch 8
+    python bench.py --device=cuda --n_layer=12 --n_head=12 --n_embd=768 --n_inner=3072 \
+        --block_size=512 --batch_size=32 --modes=eager,compiled   # bert-base on a GPU, bf16
+
+Reports the median over `repeats` timings of `steps` steps each, after `warmup` steps (and compilation).
+"""
+import statistics
+import time
+from contextlib import nullcontext
+
+import torch
+
+from model import Bert, BertConfig
+from train import gpu_peak_flops, mask_tokens
+
+# -----------------------------------------------------------------------------
+device = "cuda" if torch.cuda.is_available() else "cpu"
+dtype = "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+n_layer, n_head, n_embd, n_inner = 4, 8, 512, 2048  # the paper's bert-small
+vocab_size = 30522  # bert-base-uncased's, as Hugging Face BERT is usually run
+block_size = 128  # sequence length
+batch_size = 8
+mask_prob = 0.15
+attention_types = "original,symmetric,pairwise,additive,hybrid"
+modes = "compiled"  # ours: 'eager', 'compiled' or both (train.py compiles by default)
+hf_modes = "eager"  # BertForMaskedLM: 'eager' (as its users run it), 'compiled', both, or '' to skip
+warmup, steps, repeats = 3, 5, 3
+seq_lens = "128,512,1024"  # additive vs original at a fixed number of tokens per batch ('' to skip)
+peak_flops = 0.0  # for MFU; 0 = the GPU's dense bf16 peak by name (train.gpu_peak_flops)
+seed = 0
+# -----------------------------------------------------------------------------
+
+
+def sync():
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def median_step_time(step):
+    for _ in range(warmup):
+        step()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        times.append((time.perf_counter() - t0) / steps)
+    return statistics.median(times)
+
+
+def make_batch(B, T):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, vocab_size - 4, (B, T), generator=g)  # ids >= vocab_size - 4 play the special tokens
+    xm, y = mask_tokens(x, mask_prob, vocab_size - 4, vocab_size - 1, g)
+    return xm.to(device), y.to(device), B * round(mask_prob * T)
+
+
+def config(attention_type, T=None):
+    return BertConfig(vocab_size=vocab_size, block_size=max(512, T or block_size), n_layer=n_layer, n_head=n_head,
+                      n_embd=n_embd, n_inner=n_inner, attention_type=attention_type)
+
+
+def ours(attention_type, T=None):
+    torch.manual_seed(seed)
+    model = Bert(config(attention_type, T)).to(device)
+    opt = model.configure_optimizers(0.01, 1e-4, (0.9, 0.999), 1e-12, device.split(":")[0])
+    return model, opt
+
+
+def hugging_face():
+    import transformers  # noqa: F401 (ImportError: skipped by the caller)
+    from transformers import BertConfig as HFConfig, BertForMaskedLM
+
+    torch.manual_seed(seed)
+    cfg = HFConfig(vocab_size=vocab_size, hidden_size=n_embd, num_hidden_layers=n_layer, num_attention_heads=n_head,
+                   intermediate_size=n_inner, max_position_embeddings=max(512, block_size), layer_norm_eps=1e-12)
+    model = BertForMaskedLM._from_config(cfg, attn_implementation="sdpa").to(device)
+    # fused AdamW, as the Trainer's default ('adamw_torch_fused' since torch 2.8) and as ours
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-12, weight_decay=0.01,
+                            fused=device.split(":")[0] in ("cuda", "cpu"))
+    return model, opt
+
+
+def train_step(model, opt, x, y, n_pred, hf=False):
+    autocast = nullcontext() if dtype == "float32" else torch.autocast(device.split(":")[0], getattr(torch, dtype))
+
+    def step():
+        with autocast:
+            loss = model(input_ids=x, labels=y).loss if hf else model(x, y, n_pred=n_pred)[1]
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return step
+
+
+if __name__ == "__main__":
+    from configurator import configure
+
+    configure(globals())
+    torch.backends.cuda.matmul.allow_tf32 = True
+    on_gpu = device.startswith("cuda")
+    peak = peak_flops or (gpu_peak_flops(torch.cuda.get_device_name()) if on_gpu else 0.0)
+    name = torch.cuda.get_device_name() if on_gpu else f"CPU, {torch.get_num_threads()} threads"
+    print(f"device: {name}; torch {torch.__version__}; dtype {dtype}; {n_layer} layers, {n_head} heads, "
+          f"{n_embd} hidden, vocab {vocab_size}; batch {batch_size} x {block_size} tokens, {mask_prob:.0%} predicted"
+          + (f"; MFU against {peak / 1e12:.0f} TFLOP/s" if peak else ""))
+    x, y, n_pred = make_batch(batch_size, block_size)
+    tokens = batch_size * block_size
+    rows = []  # (model, mode, seconds per step, peak memory, FLOPs per token)
+
+    def run(label, mode, model, opt, hf=False, flops=0.0):
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats()
+        fwd = torch.compile(model) if mode == "compiled" else model
+        dt = median_step_time(train_step(fwd, opt, x, y, n_pred, hf))
+        mem = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else float("nan")
+        rows.append((label, mode, dt, mem, flops))
+        print(f"  {label:<28} {mode:<9} {dt * 1e3:8.1f} ms/step  {tokens / dt:10,.0f} tokens/s", flush=True)
+        del fwd, model, opt
+        torch._dynamo.reset()
+
+    for mode in filter(None, hf_modes.split(",")):
+        try:
+            model, opt = hugging_face()
+        except ImportError:
+            print("transformers is not installed: BertForMaskedLM is not timed (pip install transformers)")
+            break
+        with torch.device("meta"):  # same architecture as ours/original, vocabulary head at every position
+            hf_flops = Bert(config("original")).flops_per_token(block_size, 1.0)
+        run("HF BertForMaskedLM (sdpa)", mode, model, opt, hf=True, flops=hf_flops)
+    for attention_type in attention_types.split(","):
+        for mode in modes.split(","):
+            model, opt = ours(attention_type)
+            run(f"ours, {attention_type}", mode, model, opt, flops=model.flops_per_token(block_size, n_pred / tokens))
+
+    hf_eager = next((r[2] for r in rows if r[0].startswith("HF") and r[1] == "eager"), None)
+    print(f"\n| model | mode | ms/step | tokens/s | vs HF eager |{' peak GiB | MFU |' if on_gpu else ''}")
+    print(f"|---|---|---|---|---|{'---|---|' if on_gpu else ''}")
+    for label, mode, dt, mem, flops in rows:
+        ratio = f"{hf_eager / dt:.2f}x" if hf_eager else "-"
+        gpu = f" {mem:.1f} | {f'{flops * tokens / dt / peak:.1%}' if peak else '-'} |" if on_gpu else ""
+        print(f"| {label} | {mode} | {dt * 1e3:.1f} | {tokens / dt:,.0f} | {ratio} |{gpu}")
+
+    if seq_lens:  # additive attention is linear in T: its cost per token stays flat as T grows
+        lens = [int(t) for t in seq_lens.split(",")]
+        n_tok = max(lens) * max(1, batch_size * block_size // max(lens))
+        print(f"\nseq-len scaling, eager, {n_tok} tokens per batch: ms/step (relative to T={lens[0]})")
+        print("| attention | " + " | ".join(f"T={t}" for t in lens) + " |")
+        print("|---|" + "---|" * len(lens))
+        for attention_type in ("original", "additive"):
+            times = []
+            for T in lens:
+                x, y, n_pred = make_batch(n_tok // T, T)
+                model, opt = ours(attention_type, T)
+                times.append(median_step_time(train_step(model, opt, x, y, n_pred)))
+            print(f"| {attention_type} | " + " | ".join(f"{t * 1e3:.0f} ({t / times[0]:.2f}x)" for t in times) + " |")
