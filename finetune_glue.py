@@ -1,0 +1,435 @@
+"""
+Fine-tune a train.py checkpoint on GLUE with the protocol of Courtois et al. 2024 and score it (Table 3),
+or score every kept snapshot of a pre-training run (Figure 3):
+
+    python finetune_glue.py --init_from=out/ckpt.pt --data_dir=glue             # one Table-3 row
+    python finetune_glue.py --benchmark=out --tasks=rte,mrpc,stsb --seeds=1     # GLUE score vs. step
+
+Protocol (the defaults): each task is fine-tuned from the pre-trained encoder for 5 epochs, batch 16, AdamW
+lr 1e-5 with 10% linear warm-up then linear decay, weight decay 0, inputs cut to 128 tokens, seeds 1..5,
+and the final model is scored on the dev set(s). Per-task numbers (x100): cola Matthews corr.; sst2, qnli,
+rte accuracy; mrpc, qqp mean(F1, accuracy); stsb mean(Pearson, Spearman); mnli accuracy matched and
+mismatched. GLUE score = plain mean of those 9 numbers, per seed; mean and std over seeds are reported.
+<out_dir>/glue_results.json is rewritten after every (task, seed), so a re-run skips the finished pairs.
+"""
+import glob
+import json
+import math
+import os
+import re
+import sys
+import time
+from collections import namedtuple
+from contextlib import nullcontext
+from functools import lru_cache
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from configurator import configure
+from model import BertClassifier, BertConfig
+from tokenizer import get_tokenizer
+
+# -----------------------------------------------------------------------------
+init_from = ''  # a train.py checkpoint: <out_dir>/ckpt.pt or <out_dir>/snapshots/ckpt_<step>.pt
+benchmark = ''  # a train.py out_dir: run the protocol on its kept snapshots instead (Figure 3)
+snapshot_every = 1  # benchmark every k-th snapshot, counted back from the last one (always included)
+tasks = 'all'  # 'all' = the 8 scored tasks, or a comma list of them; wnli can be run but is never scored
+data_dir = ''  # GLUE in the original layout (CoLA/train.tsv, MNLI/dev_matched.tsv, ...); '' = the HF Hub
+seeds = '1,2,3,4,5'
+epochs = 5
+batch_size = 16
+learning_rate = 1e-5
+warmup_ratio = 0.1
+weight_decay = 0.0
+grad_clip = 1.0  # the Hugging Face Trainer's default max_grad_norm, which the paper's run_glue.py used
+max_seq_len = 128
+eval_batch_size = 256
+length_bucketing = False  # batches of similar lengths: less padding, but not the paper's random batches
+max_train_samples = 0  # > 0: only the first N training rows of each task (smoke runs); 0 = all
+out_dir = 'out-glue'
+device = 'cuda' if torch.cuda.is_available() else 'cpu'
+dtype = 'auto'  # float32, bfloat16 or float16; auto = bf16 on GPUs that have it, else fp16; float32 on CPU
+# off by default: dynamic padding changes the shapes every batch and each (task, seed) is a fresh model,
+# so compilation (which also needs a C++ compiler on CPU) costs more than it saves on GLUE-sized runs
+compile = False
+# -----------------------------------------------------------------------------
+
+# In Table 3's order. TSV columns of (text a, text b, label); labels: the spellings, index = class id as in
+# nyu-mll/glue (None: regression); dev: dev file of each per-task number; hub: the Hub's text columns.
+Task = namedtuple('Task', 'folder cols header labels dev hub')
+TASKS = {k: Task(*v) for k, v in {
+    'mrpc': ('MRPC', (3, 4, 0), True, ('0', '1'), {'mrpc': 'dev'}, ('sentence1', 'sentence2')),
+    'cola': ('CoLA', (3, None, 1), False, ('0', '1'), {'cola': 'dev'}, ('sentence', None)),
+    'mnli': ('MNLI', (8, 9, -1), True, ('entailment', 'neutral', 'contradiction'),
+             {'mnli-m': 'dev_matched', 'mnli-mm': 'dev_mismatched'}, ('premise', 'hypothesis')),
+    'qqp': ('QQP', (3, 4, 5), True, ('0', '1'), {'qqp': 'dev'}, ('question1', 'question2')),
+    'rte': ('RTE', (1, 2, 3), True, ('entailment', 'not_entailment'), {'rte': 'dev'}, ('sentence1', 'sentence2')),
+    'stsb': ('STS-B', (7, 8, 9), True, None, {'stsb': 'dev'}, ('sentence1', 'sentence2')),
+    'qnli': ('QNLI', (1, 2, 3), True, ('entailment', 'not_entailment'), {'qnli': 'dev'}, ('question', 'sentence')),
+    'sst2': ('SST-2', (0, None, 1), True, ('0', '1'), {'sst2': 'dev'}, ('sentence', None)),
+    'wnli': ('WNLI', (1, 2, 3), True, ('0', '1'), {'wnli': 'dev'}, ('sentence1', 'sentence2')),
+}.items()}
+NUMBERS = ['mrpc', 'cola', 'mnli-m', 'mnli-mm', 'qqp', 'rte', 'stsb', 'qnli', 'sst2']  # the GLUE score's 9
+PROTOCOL = ['epochs', 'batch_size', 'learning_rate', 'warmup_ratio', 'weight_decay', 'grad_clip',
+            'max_seq_len', 'length_bucketing', 'max_train_samples', 'data_dir', 'dtype']  # change results
+
+
+def oneline(e):
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"[:400]
+
+# ----------------------------------------------------------------------------- metrics (x in [0, 1])
+
+def confusion(pred, gold):  # tp, tn, fp, fn of a binary task, as floats (no integer overflow in MCC)
+    return (float(np.sum((pred == p) & (gold == g))) for p, g in ((1, 1), (0, 0), (1, 0), (0, 1)))
+
+
+def accuracy(pred, gold):
+    return float(np.mean(pred == gold))
+
+
+def f1(pred, gold):  # of the positive class 1
+    tp, _, fp, fn = confusion(pred, gold)
+    return 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+
+
+def mcc(pred, gold):
+    tp, tn, fp, fn = confusion(pred, gold)
+    d = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    return (tp * tn - fp * fn) / d if d else 0.0  # one class only (predicted or gold): 0, not NaN
+
+
+def pearson(x, y):
+    x, y = np.asarray(x, np.float64) - np.mean(x), np.asarray(y, np.float64) - np.mean(y)
+    d = math.sqrt(np.dot(x, x) * np.dot(y, y))
+    return float(np.dot(x, y) / d) if d else 0.0  # a constant has no correlation: 0, like MCC
+
+
+def ranks(x):
+    """1-based ranks; tied values all get the average of the ranks they span."""
+    order = np.argsort(x, kind='stable')
+    _, first, count = np.unique(np.asarray(x)[order], return_index=True, return_counts=True)
+    r = np.empty(len(x))
+    r[order] = np.repeat(first + (count + 1) / 2, count)
+    return r
+
+
+def spearman(x, y):
+    return pearson(ranks(x), ranks(y))
+
+
+def task_metrics(task, pred, gold):
+    """Every metric of the task (x100) and 'score', its number in the GLUE score: the mean of them."""
+    if task == 'stsb':
+        m = {'pearson': pearson(pred, gold), 'spearman': spearman(pred, gold)}
+    elif task == 'cola':
+        m = {'mcc': mcc(pred, gold)}
+    else:
+        m = {'accuracy': accuracy(pred, gold), **({'f1': f1(pred, gold)} if task in ('mrpc', 'qqp') else {})}
+    m = {k: 100 * v for k, v in m.items()}
+    return {**m, 'score': float(np.mean(list(m.values())))}
+
+
+def glue_score(numbers):
+    """Plain mean of the 9 per-task numbers (MNLI-m and -mm count apart; wnli never). Given only some of
+    them, the mean of those: summarize() flags that it is then not the GLUE score."""
+    return float(np.mean([numbers[n] for n in NUMBERS if n in numbers]))
+
+
+def mean_std(v):  # std over seeds: the sample standard deviation (ddof=1); 0 for a single seed
+    return {'mean': float(np.mean(v)), 'std': float(np.std(v, ddof=1)) if len(v) > 1 else 0.0}
+
+# ----------------------------------------------------------------------------- data
+
+
+def read_tsv(path, task):
+    """(text a, text b or None, label) rows of a GLUE TSV file. Fields are split on tabs with quoting off:
+    GLUE sentences hold unbalanced quote characters (STS-B, MRPC, MNLI). MRPC starts with a BOM."""
+    _, cols, header, labels, _, _ = TASKS[task]
+    try:
+        with open(path, encoding='utf-8-sig', newline='') as f:
+            lines = [line.rstrip('\r') for line in f.read().split('\n')]  # not splitlines(): \x85 is text
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"glue: cannot read {path}: {oneline(e)}")
+    lines = lines[:-1] if lines[-1] == '' else lines
+    width = len(lines[0].split('\t')) if lines else 0  # every row must have as many fields as the first line
+    if width <= max(c for c in cols if c is not None) or len(lines) <= header:
+        raise SystemExit(f"glue: {path}: not a {task} file ({width} fields on line 1, {len(lines)} lines)")
+    rows = []
+    for n, line in enumerate(lines[header:], 1 + header):
+        f = line.split('\t')
+        if len(f) != width:
+            raise SystemExit(f"glue: {path}, line {n}: {len(f)} tab-separated fields, expected {width}")
+        y = f[cols[2]]
+        try:
+            y = labels.index(y) if labels else float(y)
+        except ValueError:
+            raise SystemExit(f"glue: {path}, line {n}: bad label {y!r} (expected {labels or 'a number'})")
+        rows.append((f[cols[0]], None if cols[1] is None else f[cols[1]], y))
+    return rows
+
+
+def tsv_files(task, data_dir):
+    files = {'train': 'train', **TASKS[task].dev}
+    return {k: os.path.join(data_dir, TASKS[task].folder, f + '.tsv') for k, f in files.items()}
+
+
+def load_task(task, data_dir):
+    """{'train': rows, <number name>: dev rows, ...} from data_dir, or from nyu-mll/glue when it is ''."""
+    _, _, _, _, dev, (a, b) = TASKS[task]
+    if data_dir:
+        return {k: read_tsv(path, task) for k, path in tsv_files(task, data_dir).items()}
+    try:
+        import datasets
+        ds = datasets.load_dataset('nyu-mll/glue', task)
+    except Exception as e:  # no network, no datasets package, ...: one line, not a traceback
+        raise SystemExit(f"glue: cannot load nyu-mll/glue '{task}' from the Hugging Face Hub ({oneline(e)}); "
+                         "pass --data_dir=<a local GLUE folder>")
+    splits = {'train': 'train', **{k: f.replace('dev', 'validation') for k, f in dev.items()}}
+    return {k: list(zip(ds[s][a], ds[s][b] if b else [None] * len(ds[s]['label']), ds[s]['label']))
+            for k, s in splits.items()}
+
+
+def encode(rows, max_len):
+    """[CLS] a [SEP] (b [SEP]), longest-first truncation to max_len. Returns the token arrays, the length of
+    the first segment [CLS] a [SEP] (token type 0, the rest is type 1), the lengths and the labels."""
+    enc, sp = get_tokenizer()
+    pair = rows[0][1] is not None
+    A = enc.encode_ordinary_batch([r[0].strip() for r in rows])
+    B = enc.encode_ordinary_batch([r[1].strip() for r in rows]) if pair else [[]] * len(rows)
+    budget = max_len - (3 if pair else 2)
+    tok, first = [], []
+    for a, b in zip(A, B):
+        la, lb = len(a), len(b)
+        while la + lb > budget:  # drop a token from the end of the longer segment (b on a tie)
+            la, lb = (la - 1, lb) if la > lb else (la, lb - 1)
+        tok.append(np.array([sp['cls'], *a[:la], sp['sep'], *b[:lb], *([sp['sep']] if pair else [])], np.int64))
+        first.append(la + 2)
+    y = np.array([r[2] for r in rows], np.float32 if isinstance(rows[0][2], float) else np.int64)
+    return {'tok': tok, 'first': np.array(first), 'len': np.array([len(t) for t in tok]), 'y': y}
+
+
+@lru_cache(maxsize=None)  # a benchmark scores many checkpoints on the same data
+def task_data(task):
+    t0, sets = time.time(), load_task(task, data_dir)
+    sets['train'] = sets['train'][:max_train_samples or None]
+    data = {k: encode(rows, max_seq_len) for k, rows in sets.items()}
+    cut = sum(int(np.sum(d['len'] == max_seq_len)) for d in data.values())
+    print(f"{task}: " + ", ".join(f"{k} {len(r)} rows" for k, r in sets.items())
+          + f"; {cut} at the {max_seq_len}-token limit ({time.time() - t0:.1f}s)")
+    return data
+
+
+def batch(d, idx):
+    """Tensors for rows idx, padded to the longest of them (dynamic padding)."""
+    lens, pos = d['len'][idx], np.arange(d['len'][idx].max())
+    ids = np.full((len(idx), len(pos)), get_tokenizer()[1]['pad'], np.int64)
+    for r, i in enumerate(idx):
+        ids[r, :lens[r]] = d['tok'][i]
+    mask = pos < lens[:, None]
+    types = (pos >= d['first'][idx][:, None]) & mask
+    t = lambda x: torch.from_numpy(x).to(device, non_blocking=True)
+    return t(ids), None if mask.all() else t(mask), t(types.astype(np.int64))  # no mask: fastest kernels
+
+# ----------------------------------------------------------------------------- fine-tuning
+
+
+def load_checkpoint(path):
+    """(BertConfig, Bert state dict, iter_num) of a train.py checkpoint; any problem is a one-line exit."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"finetune_glue: no checkpoint file {path!r}")
+    try:
+        ck = torch.load(path, map_location='cpu', weights_only=True)
+    except Exception as e:
+        raise SystemExit(f"finetune_glue: cannot read checkpoint {path}: {oneline(e)}")
+    if not isinstance(ck, dict) or not {'model', 'model_args', 'iter_num'} <= ck.keys():
+        raise SystemExit(f"finetune_glue: {path} is not a train.py checkpoint (keys model, model_args, iter_num)")
+    try:
+        cfg = BertConfig(**ck['model_args'])
+        BertClassifier.from_pretrained(cfg, ck['model'], 1)  # strict load: the weights must fit model_args
+    except Exception as e:
+        raise SystemExit(f"finetune_glue: {path}: weights do not fit model_args ({oneline(e)})")
+    if max_seq_len > cfg.block_size:
+        raise SystemExit(f"finetune_glue: max_seq_len {max_seq_len} > the model's block_size {cfg.block_size}")
+    return cfg, ck['model'], int(ck['iter_num'])
+
+
+def finetune(task, data, seed, cfg, state):
+    """Fine-tune a fresh classifier on data['train'] with the protocol; returns the dev metrics."""
+    torch.manual_seed(seed)  # the new pooler and classifier, dropout
+    rng = np.random.default_rng(seed)  # batch order
+    model = BertClassifier.from_pretrained(cfg, state, 1 if task == 'stsb' else len(TASKS[task].labels)).to(device)
+    fwd = torch.compile(model, dynamic=True) if compile else model
+    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay,
+                            fused=True)  # one kernel; on CPU ~10x faster than the default loop
+    scaler = torch.amp.GradScaler(device_type, enabled=dtype == 'float16')  # fp16 only: bf16 needs none
+    train, n = data['train'], len(data['train']['tok'])
+    steps = epochs * math.ceil(n / batch_size)
+    warmup = math.ceil(warmup_ratio * steps)
+    lr = lambda s: learning_rate * ((s + 1) / warmup if s < warmup else (steps - s) / max(1, steps - warmup))
+    t0, step = time.time(), 0
+    model.train()
+    # a live bar on a terminal only: a batch job's log gets the one result line per (task, seed)
+    with tqdm(total=steps, desc=f"{task} seed {seed}", leave=False, disable=not sys.stderr.isatty()) as bar:
+        for _ in range(epochs):
+            order = rng.permutation(n)
+            if length_bucketing:  # sorted by length within chunks of 100 batches
+                c = 100 * batch_size
+                order = np.concatenate([o[np.argsort(train['len'][o])] for o in np.split(order, range(c, n, c))])
+            batches = [order[i:i + batch_size] for i in range(0, n, batch_size)]
+            loss_sum = torch.zeros((), device=device)  # summed on the device: no host sync per step
+            for b in rng.permutation(len(batches)):  # random batch order (matters only when bucketed)
+                idx = batches[b]
+                for g in opt.param_groups:
+                    g['lr'] = lr(step)
+                ids, mask, types = batch(train, idx)
+                with ctx:
+                    _, loss = fwd(ids, torch.from_numpy(train['y'][idx]).to(device), mask, types)
+                scaler.scale(loss).backward()
+                if grad_clip:
+                    scaler.unscale_(opt)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+                scaler.step(opt)
+                scaler.update()
+                opt.zero_grad(set_to_none=True)
+                loss_sum += loss.detach()
+                step += 1
+                bar.update()
+                if step % 100 == 0:
+                    bar.set_postfix(loss=f"{loss.item():.4f}")
+    result = {'train_loss': loss_sum.item() / len(batches), 'dev': {}}  # mean over the last epoch
+    model.eval()
+    with torch.inference_mode():
+        for name in TASKS[task].dev:
+            d = data[name]
+            order = np.argsort(d['len'], kind='stable')  # similar lengths together: little padding
+            out = []
+            for i in range(0, len(order), eval_batch_size):
+                ids, mask, types = batch(d, order[i:i + eval_batch_size])
+                with ctx:
+                    out.append(fwd(ids, None, mask, types)[0].float().cpu())
+            logits = torch.cat(out).numpy()
+            pred = logits[:, 0] if task == 'stsb' else logits.argmax(-1)
+            result['dev'][name] = task_metrics(task, pred, d['y'][order])  # metrics ignore row order
+    result['seconds'] = round(time.time() - t0, 1)
+    return result
+
+# ----------------------------------------------------------------------------- results
+
+
+def summarize(runs):
+    """Per-number mean/std over seeds, and the GLUE score per seed over the seeds that have every number."""
+    per_seed = {n: {s: r['dev'][n]['score'] for s, r in runs[t].items()}
+                for t in TASKS if runs.get(t) for n in TASKS[t].dev}  # Table 3's order
+    numbers = {n: {'per_seed': v, **mean_std(list(v.values()))} for n, v in per_seed.items()}
+    scored = [n for n in NUMBERS if n in per_seed]
+    seeds_all = sorted({s for v in per_seed.values() for s in v}, key=int)
+    done = [s for s in seeds_all if scored and all(s in per_seed[n] for n in scored)]
+    glue = {s: glue_score({n: per_seed[n][s] for n in scored}) for s in done}
+    return {'numbers': numbers, 'glue': {'per_seed': glue, **(mean_std(list(glue.values())) if glue else {}),
+                                         'complete': len(scored) == len(NUMBERS), 'n_numbers': len(scored)}}
+
+
+def table(name, summary):
+    """A Markdown row laid out like the paper's Table 3 (mean over seeds; the GLUE cell also has the std)."""
+    num, g = summary['numbers'], summary['glue']
+    f = lambda n: f"{num[n]['mean']:.2f}" if n in num else '-'
+    cols = {'mrpc': f('mrpc'), 'cola': f('cola'), 'mnli m/mm': f"{f('mnli-m')}/{f('mnli-mm')}"}
+    cols.update({n: f(n) for n in NUMBERS[4:] + (['wnli'] if 'wnli' in num else [])})
+    score = f"{g['mean']:.2f} ({g['std']:.2f})" + ('' if g['complete'] else '*') if 'mean' in g else '-'
+    lines = ['| model | GLUE | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 2) + '|',
+             f"| {name} | {score} | " + ' | '.join(cols.values()) + ' |']
+    if not g['complete'] and 'mean' in g:
+        lines.append(f"\n* not the GLUE score: mean of the {g['n_numbers']} numbers run (of 9)")
+    return '\n'.join(lines)
+
+
+def save_json(obj, path):
+    with open(path + '.tmp', 'w') as f:
+        json.dump(obj, f, indent=1)
+    os.replace(path + '.tmp', path)  # atomic: an interrupted run never leaves a half-written file
+
+
+def run_glue(ckpt_path, out):
+    """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json."""
+    cfg, state, iter_num = load_checkpoint(ckpt_path)
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, 'glue_results.json')
+    protocol = {**{k: globals()[k] for k in PROTOCOL}, 'data_dir': data_dir and os.path.abspath(data_dir),
+                'init_from': os.path.abspath(ckpt_path), 'iter_num': iter_num}
+    res = {'model': f"{cfg.attention_type} {cfg.n_layer}L/{cfg.n_embd}H step {iter_num}", 'protocol': protocol,
+           'runs': {}}
+    if os.path.exists(path):  # resume, but never mix results of different settings in one file
+        with open(path) as f:
+            res = json.load(f)
+        if diff := [k for k in protocol if res['protocol'].get(k) != protocol[k]]:
+            raise SystemExit(f"finetune_glue: {path} holds results of other settings ({', '.join(diff)} differ); "
+                             "use another out_dir or delete that file")
+    for task in task_list:
+        for seed in map(str, seed_list):
+            if seed in res['runs'].get(task, {}):
+                print(f"{task} seed {seed}: done already, skipped")
+                continue
+            r = res['runs'].setdefault(task, {})[seed] = finetune(task, task_data(task), int(seed), cfg, state)
+            print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
+                  + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")
+            save_json({**res, **summarize(res['runs'])}, path)
+    res.update(summarize(res['runs']))
+    save_json(res, path)
+    print(table(res['model'], res))
+    return res
+
+
+def run_benchmark():
+    """Score the kept snapshots of a training run; records score vs. step and the first step at 95% of the
+    final score. ckpt.pt is scored as well when it is newer than the last snapshot."""
+    snaps = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(benchmark, 'snapshots', 'ckpt_*.pt'))
+                   if (m := re.fullmatch(r'ckpt_(\d+)\.pt', os.path.basename(p))))
+    snaps = snaps[::-snapshot_every][::-1]  # every k-th, counted back from the last
+    final = os.path.join(benchmark, 'ckpt.pt')
+    final_step = load_checkpoint(final)[2] if os.path.isfile(final) else -1
+    if final_step > (snaps[-1][0] if snaps else -1):
+        snaps.append((final_step, final))
+    if not snaps:
+        raise SystemExit(f"finetune_glue: no snapshots/ckpt_*.pt and no ckpt.pt in {benchmark!r}")
+    records = []
+    for step, path in snaps:
+        g = run_glue(path, os.path.join(out_dir, f"step_{step:07d}"))
+        records.append({'step': step, 'checkpoint': path, 'score': g['glue'].get('mean'),
+                        'std': g['glue'].get('std'), 'complete': g['glue']['complete'],
+                        'numbers': {n: v['mean'] for n, v in g['numbers'].items()}})
+    target = 0.95 * records[-1]['score']
+    step_95 = next((r['step'] for r in records if r['score'] >= target), None)
+    save_json({'records': records, 'final_score': records[-1]['score'], 'target_95': target,
+               'step_95': step_95}, os.path.join(out_dir, 'benchmark.json'))
+    print('| step | score |\n|---|---|\n' + '\n'.join(f"| {r['step']} | {r['score']:.2f} ({r['std']:.2f}) |"
+                                                   for r in records))
+    print(f"first step at 95% of the final score ({target:.2f}): {step_95}")
+
+
+if __name__ == '__main__':  # a script; the tests import its functions
+    configure(globals())
+    task_list = list(TASKS)[:8] if tasks == 'all' else tasks.split(',')
+    if any(t not in TASKS for t in task_list):
+        raise SystemExit(f"finetune_glue: tasks must be 'all' or a comma list of {','.join(TASKS)}; got {tasks!r}")
+    if not re.fullmatch(r'\d+(,\d+)*', seeds):
+        raise SystemExit(f"finetune_glue: seeds must be a comma list of integers, got {seeds!r}")
+    seed_list = [int(s) for s in seeds.split(',')]
+    missing = [p for t in task_list for p in tsv_files(t, data_dir).values() if data_dir and not os.path.isfile(p)]
+    if missing:  # now, not hours into the run
+        raise SystemExit(f"finetune_glue: missing GLUE files: {', '.join(missing)} (pick tasks with --tasks=...)")
+    device_type = 'cuda' if 'cuda' in device else 'cpu'
+    if dtype == 'auto':
+        dtype = 'float32' if device_type == 'cpu' else 'bfloat16' if torch.cuda.is_bf16_supported() else 'float16'
+    if dtype not in ('float32', 'bfloat16', 'float16'):
+        raise SystemExit(f"finetune_glue: dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
+    ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[dtype]
+    ctx = nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type, dtype=ptdtype)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    if benchmark:
+        run_benchmark()
+    elif init_from:
+        run_glue(init_from, out_dir)
+    else:
+        raise SystemExit("finetune_glue: set --init_from=<checkpoint> or --benchmark=<train.py out_dir>")
