@@ -58,6 +58,11 @@ def LayerNorm(n):
     return nn.LayerNorm(n, eps=1e-12)  # BERT's eps
 
 
+def select(x, rows):
+    """(B, T, C) -> the (n, C) rows at flat positions `rows`; all of x when rows is None."""
+    return x if rows is None else x.reshape(-1, x.size(-1))[rows]
+
+
 class SelfAttention(nn.Module):
     def __init__(self, cfg, operator):
         super().__init__()
@@ -71,7 +76,8 @@ class SelfAttention(nn.Module):
         self.sub_ln = LayerNorm(cfg.n_embd) if cfg.sub_ln else nn.Identity()
         self.out = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x, mask=None):
+    def forward(self, x, mask=None, rows=None):
+        """rows: flat indices into the B*T positions; when given, only those rows are output."""
         B, T, C = x.shape
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, d)
         q = heads(self.query(x))
@@ -81,7 +87,7 @@ class SelfAttention(nn.Module):
             # backward is ~100x slower on CPU
         y = F.scaled_dot_product_attention(q, k, heads(self.value(x)), attn_mask=mask,
                                            dropout_p=self.dropout if self.training else 0.0)
-        return self.out(self.sub_ln(y.transpose(1, 2).reshape(B, T, C)))
+        return self.out(self.sub_ln(select(y.transpose(1, 2).reshape(B, T, C), rows)))
 
 
 class AdditiveAttention(nn.Module):
@@ -101,7 +107,7 @@ class AdditiveAttention(nn.Module):
         self.sub_ln = LayerNorm(cfg.n_embd) if cfg.sub_ln else nn.Identity()
         self.out = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x, mask=None):
+    def forward(self, x, mask=None, rows=None):
         B, T, C = x.shape
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, d)
 
@@ -114,7 +120,7 @@ class AdditiveAttention(nn.Module):
         q = self.query(x)
         p = pool(heads(q), self.w_q) * heads(self.key(x))
         u = pool(p, self.w_k) * heads(self.value(x))
-        return self.out(self.sub_ln(u.transpose(1, 2).reshape(B, T, C))) + q
+        return self.out(self.sub_ln(select(u.transpose(1, 2).reshape(B, T, C), rows))) + select(q, rows)
 
 
 class Layer(nn.Module):
@@ -130,8 +136,8 @@ class Layer(nn.Module):
         self.ln_mlp = LayerNorm(cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, mask=None):
-        x = self.ln_attn(x + self.drop(self.attn(x, mask)))
+    def forward(self, x, mask=None, rows=None):
+        x = self.ln_attn(select(x, rows) + self.drop(self.attn(x, mask, rows)))
         return self.ln_mlp(x + self.drop(self.proj(self.sub_ln(F.gelu(self.fc(x))))))
 
 
@@ -145,15 +151,17 @@ class Encoder(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.layers = nn.ModuleList(Layer(cfg, op) for op in cfg.layer_operators())
 
-    def forward(self, idx, attention_mask=None, token_type_ids=None):
+    def forward(self, idx, attention_mask=None, token_type_ids=None, rows=None):
+        """(B, T, C) hidden states; with rows (flat positions), the (n, C) states of those rows only: the
+        last layer then reads keys and values everywhere but computes the rest only there (as MosaicBERT)."""
         B, T = idx.shape
         x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         x = x + (self.wtt(token_type_ids) if token_type_ids is not None else self.wtt.weight[0])
         x = self.drop(self.ln(x))
         # padding: a boolean (B, 1, 1, T) mask, True = may attend. None keeps SDPA's fastest kernels.
         mask = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None
-        for layer in self.layers:
-            x = layer(x, mask)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, rows if i == len(self.layers) - 1 else None)
         return x
 
 
@@ -191,15 +199,14 @@ class Bert(nn.Module):
         the predicted positions and logits has one row per computed position. n_pred, when given, is a
         fixed number of positions to compute (>= the number predicted), so that shapes stay static
         under torch.compile; the padding rows it adds carry target -100 and do not count in the loss."""
-        x = self.encoder(idx, attention_mask, token_type_ids)
         if targets is None:
-            return self.head(x), None
+            return self.head(self.encoder(idx, attention_mask, token_type_ids)), None
         targets = targets.reshape(-1)
         if n_pred is None:
             pos = (targets != -100).nonzero().squeeze(1)
         else:  # predicted positions first (stable sort), then padding positions up to n_pred
             pos = torch.argsort((targets == -100).to(torch.int8), stable=True)[:n_pred]
-        logits = self.head(x.reshape(-1, x.size(-1))[pos])
+        logits = self.head(self.encoder(idx, attention_mask, token_type_ids, rows=pos))
         return logits, F.cross_entropy(logits.float(), targets[pos], ignore_index=-100)
 
     def head(self, x):
@@ -222,8 +229,10 @@ class Bert(nn.Module):
                          if p.dim() >= 2)  # q, k, v, out, fc, proj weights, S, w_q, w_k
         n_softmax = sum(op != "additive" for op in cfg.layer_operators())  # additive layers have no T x T
         attn = 2 * 2 * n_softmax * T * cfg.n_embd  # q.k scores and probs.v, per token
+        last = self.encoder.layers[-1]  # its output projection and MLP run only at the predicted positions
+        sparse = sum(m.weight.numel() for m in (last.attn.out, last.fc, last.proj))
         head = self.head_dense.weight.numel() + self.encoder.wte.weight.numel()
-        return 3 * (2 * enc_matmul + attn + pred_frac * 2 * head)
+        return 3 * (2 * (enc_matmul - (1 - pred_frac) * sparse) + attn + pred_frac * 2 * head)
 
     def estimate_mfu(self, tokens_per_s, T, pred_frac, peak_flops):
         return self.flops_per_token(T, pred_frac) * tokens_per_s / peak_flops
@@ -251,8 +260,9 @@ class BertClassifier(nn.Module):
         return model
 
     def forward(self, idx, labels=None, attention_mask=None, token_type_ids=None):
-        x = self.encoder(idx, attention_mask, token_type_ids)
-        logits = self.classifier(self.drop(torch.tanh(self.pooler(x[:, 0]))))
+        cls_rows = torch.arange(idx.size(0), device=idx.device) * idx.size(1)  # the first token of each row
+        x = self.encoder(idx, attention_mask, token_type_ids, rows=cls_rows)
+        logits = self.classifier(self.drop(torch.tanh(self.pooler(x))))
         if labels is None:
             return logits, None
         if self.num_labels == 1:

@@ -262,8 +262,10 @@ def test_flops_per_token_counts_operator_and_head_differences():
     f = {a: tiny(a).flops_per_token(T, 0.15) for a in ATTENTION_TYPES}
     assert f["original"] - f["symmetric"] == pytest.approx(6 * L * C * C)  # the key projection
     assert f["pairwise"] - f["symmetric"] == pytest.approx(6 * L * H * (C // H) ** 2)  # q S_h
-    m = tiny("original")
-    assert m.flops_per_token(T, 1.0) - m.flops_per_token(T, 0.0) == pytest.approx(6 * (C * C + V * C))
+    m = tiny("original")  # the head, and the last layer's output projection and MLP, scale with pred_frac
+    I = m.config.n_inner
+    assert m.flops_per_token(T, 1.0) - m.flops_per_token(T, 0.0) == pytest.approx(
+        6 * (C * C + V * C) + 6 * (C * C + 2 * C * I))
 
 
 # ---- HybridBERT reconstruction: additive attention, hybrid layouts, sub-LN ------------------------------
@@ -300,3 +302,17 @@ def test_additive_attention_flops_have_no_quadratic_term():
     o = tiny("original")
     assert (h.flops_per_token(1024, 0) - h.flops_per_token(16, 0)) * 2 == pytest.approx(
         o.flops_per_token(1024, 0) - o.flops_per_token(16, 0))
+
+
+@pytest.mark.parametrize("attention_type", ATTENTION_TYPES)
+def test_last_layer_on_selected_rows_equals_full_encoder(attention_type):
+    model = tiny(attention_type).eval()
+    idx = torch.randint(0, 97, (3, 14))
+    mask = torch.ones(3, 14, dtype=torch.long)
+    mask[2, 9:] = 0
+    rows = torch.tensor([0, 5, 14, 20, 27, 30])
+    with torch.no_grad():
+        full = model.encoder(idx, mask).reshape(-1, 32)[rows]
+        part = model.encoder(idx, mask, rows=rows)
+    assert part.shape == (6, 32)
+    torch.testing.assert_close(part, full, atol=1e-5, rtol=1e-5)
