@@ -29,8 +29,8 @@ mask_prob = 0.15
 attention_types = "original,symmetric,pairwise,additive,hybrid"
 modes = "compiled"  # ours: 'eager', 'compiled' or both (train.py compiles by default)
 hf_modes = "eager"  # BertForMaskedLM: 'eager' (as its users run it), 'compiled', both, or '' to skip
-warmup, steps, repeats = 3, 5, 3
-seq_lens = "128,512,1024"  # additive vs original at a fixed number of tokens per batch ('' to skip)
+warmup, steps, repeats = 2, 3, 3
+seq_lens = "256,1024"  # additive vs original at a fixed number of tokens per batch ('' to skip)
 peak_flops = 0.0  # for MFU; 0 = the GPU's dense bf16 peak by name (train.gpu_peak_flops)
 seed = 0
 # -----------------------------------------------------------------------------

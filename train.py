@@ -248,18 +248,19 @@ if __name__ == "__main__":
 
     @torch.no_grad()
     def evaluate():
-        model.eval()  # the compiled model without DDP's wrapper: no gradient sync to set up
+        raw_model.eval()
         stats = torch.zeros(3, device=device, dtype=torch.float64)  # loss sum, correct, predicted count
         for x, y in eval_batches[rank::world]:
             x, y = x.to(device), y.to(device)
             with autocast:
+                # the compiled model without DDP's wrapper: no gradient sync to set up
                 logits, loss = eval_model(x, y, n_pred=x.size(0) * round(mask_prob * block_size))
             t = y[y != -100]  # the head's rows come in this order, then padding rows (see Bert.forward)
             n = t.numel()
             stats += torch.tensor([loss.item() * n, (logits[:n].argmax(-1) == t).sum().item(), n], device=device)
         if ddp:
             dist.all_reduce(stats)
-        model.train()
+        raw_model.train()
         return (stats[0] / stats[2]).item(), (stats[1] / stats[2]).item()
 
     # ---- compile (falls back to eager with one line if the compiler is missing or fails) ----
