@@ -75,8 +75,7 @@ def ours(attention_type, T=None):
 
 
 def hugging_face():
-    import transformers  # noqa: F401 (ImportError: skipped by the caller)
-    from transformers import BertConfig as HFConfig, BertForMaskedLM
+    from transformers import BertConfig as HFConfig, BertForMaskedLM  # ImportError: skipped by the caller
 
     torch.manual_seed(seed)
     cfg = HFConfig(vocab_size=vocab_size, hidden_size=n_embd, num_hidden_layers=n_layer, num_attention_heads=n_head,

@@ -31,7 +31,8 @@ def _check(key, value, defaults, where):
 def configure(g, argv=None):
     """Apply config files and --key=value overrides from argv (default sys.argv[1:]) to the dict g."""
     argv = sys.argv[1:] if argv is None else argv
-    defaults = {k: v for k, v in g.items() if not k.startswith("_") and isinstance(v, SIMPLE)}
+    defaults = {k: v for k, v in g.items()  # lower-case globals: UPPER_CASE ones are the script's constants
+                if not k.startswith("_") and not k.isupper() and isinstance(v, SIMPLE)}
     for arg in argv:
         if not arg.startswith("--"):  # a config file
             try:

@@ -419,7 +419,9 @@ if __name__ == '__main__':  # a script; the tests import its functions
     missing = [p for t in task_list for p in tsv_files(t, data_dir).values() if data_dir and not os.path.isfile(p)]
     if missing:  # now, not hours into the run
         raise SystemExit(f"finetune_glue: missing GLUE files: {', '.join(missing)} (pick tasks with --tasks=...)")
-    device_type = 'cuda' if 'cuda' in device else 'cpu'
+    device_type = device.split(':')[0]
+    if device_type not in ('cpu', 'cuda') or (device_type == 'cuda' and not torch.cuda.is_available()):
+        raise SystemExit(f"finetune_glue: device {device!r} is not available here: use cpu or cuda[:N] (with a GPU)")
     if dtype == 'auto':
         dtype = 'float32' if device_type == 'cpu' else 'bfloat16' if torch.cuda.is_bf16_supported() else 'float16'
     if dtype not in ('float32', 'bfloat16', 'float16'):

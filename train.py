@@ -92,8 +92,8 @@ def load_dataset(path, vocab_size, block_size):
     """(train, val) as (N, block_size) uint16 memmaps, after checking meta.json against the model config."""
     meta_path = os.path.join(path, "meta.json")
     if not os.path.exists(meta_path):
-        name = os.path.basename(os.path.normpath(path))
-        raise SystemExit(f"train: no dataset in {path}: run `python prepare_oscar.py --source={name}` first")
+        raise SystemExit(f"train: no dataset in {path}: make it with `python prepare_oscar.py --source=... "
+                         f"--out_dir={path}` (the built-in corpus: `python prepare_oscar.py`)")
     with open(meta_path) as f:
         meta = json.load(f)
     if meta["vocab_size"] != vocab_size:
@@ -104,8 +104,9 @@ def load_dataset(path, vocab_size, block_size):
                          f"{meta['block_size']}: use --block_size={meta['block_size']} or re-run prepare_oscar.py")
     data = [np.memmap(os.path.join(path, f"{s}.bin"), dtype=np.uint16, mode="r").reshape(-1, block_size)
             for s in ("train", "val")]
-    if min(len(d) for d in data) == 0:
-        raise SystemExit(f"train: {path} has an empty train or val split: prepare more data")
+    if len(data[0]) < batch_size or len(data[1]) == 0:
+        raise SystemExit(f"train: {path} has {len(data[0])} train / {len(data[1])} val blocks of {block_size}: "
+                         f"prepare more data or use a batch_size <= {len(data[0])}")
     return data[0], data[1], meta
 
 
@@ -135,7 +136,8 @@ def load_checkpoint(path):
 
 def gpu_peak_flops(name):
     """Dense bf16 peak by GPU name (datasheet); MFU is reported against it."""
-    for key, flops in (("H200", 989e12), ("H100", 989e12), ("A100", 312e12), ("L40", 181e12), ("A10", 125e12)):
+    for key, flops in (("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12),
+                       ("L40S", 362e12), ("L40", 181e12), ("A10", 125e12)):
         if key in name:
             return flops
     return 0.0
@@ -157,8 +159,8 @@ if __name__ == "__main__":
         rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
         if device.startswith("cuda"):
             device = f"cuda:{local_rank}"
-            torch.cuda.set_device(device)
         dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+        flag_group = dist.new_group(backend="gloo")  # a CPU side channel: the stop flag costs no GPU sync
         if gradient_accumulation_steps % world:
             raise SystemExit(f"train: gradient_accumulation_steps ({gradient_accumulation_steps}) must be a "
                              f"multiple of the number of processes ({world})")
@@ -166,7 +168,14 @@ if __name__ == "__main__":
         rank, world = 0, 1
     master = rank == 0
     accum = gradient_accumulation_steps // world  # micro-steps per process and optimizer step
-    device_type = "cuda" if device.startswith("cuda") else device.split(":")[0]
+    device_type = device.split(":")[0]
+    if device_type not in ("cpu", "cuda", "mps") or (device_type == "cuda" and not torch.cuda.is_available()):
+        raise SystemExit(f"train: device {device!r} is not available here: use cpu, cuda[:N] (with a GPU) or mps")
+    if device_type == "cuda":
+        torch.cuda.set_device(device)  # so that cuda RNG states and the device name are this GPU's
+    if min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, max_iters) < 1:
+        raise SystemExit("train: batch_size, gradient_accumulation_steps, eval_interval, eval_iters, "
+                         "log_interval and max_iters must be at least 1")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise SystemExit(f"train: dtype must be float32, bfloat16 or float16, got {dtype!r}")
     ptdtype = getattr(torch, dtype)
@@ -209,8 +218,14 @@ if __name__ == "__main__":
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        scaler.load_state_dict(ckpt["scaler"])
+        if scaler.is_enabled() and ckpt["scaler"]:  # empty when the run was not fp16
+            scaler.load_state_dict(ckpt["scaler"])
         iter_num = ckpt["iter_num"]
+        changed = [f"{k} {ckpt['config'].get(k)!r} -> {config[k]!r}" for k in ("dataset", "batch_size",
+                   "gradient_accumulation_steps", "max_iters", "learning_rate", "warmup_iters", "mask_prob", "seed",
+                   "dtype") if ckpt["config"].get(k) != config[k]]
+        if changed and master:
+            print(f"resuming with changed settings ({', '.join(changed)}): not an exact continuation")
     raw_model = model
     if master:
         n_params = sum(p.numel() for p in model.parameters())
@@ -221,7 +236,7 @@ if __name__ == "__main__":
     # ---- data: a fresh permutation of the train blocks each epoch, indexed by global micro-batch ----
     perm_cache = {}
 
-    def get_batch(it, micro):
+    def get_batch(it, micro):  # (needs batch_size <= len(train_data), checked in load_dataset)
         """Micro-batch `micro` (0..accum-1) of this process at step `it`: global micro-batch
         m = it * gradient_accumulation_steps + micro * world + rank, masked from (seed, m)."""
         m = it * gradient_accumulation_steps + micro * world + rank
@@ -241,7 +256,8 @@ if __name__ == "__main__":
 
     # the eval set: the first eval_iters * batch_size val blocks, masked once with a fixed seed, so eval
     # losses are comparable across steps, runs, seeds and operators; each process takes every world-th batch
-    n_eval = min(eval_iters * batch_size, len(val_data)) // batch_size * batch_size or len(val_data)
+    n_eval = min(eval_iters * batch_size, len(val_data)) // batch_size * batch_size
+    n_eval = n_eval or len(val_data)  # fewer val blocks than one batch: a single smaller batch
     eval_x = torch.from_numpy(val_data[:n_eval].astype(np.int64))
     eval_x, eval_y = mask_tokens(eval_x, mask_prob, n_ordinary, mask_id, torch.Generator().manual_seed(0))
     eval_batches = [(eval_x[i:i + batch_size], eval_y[i:i + batch_size]) for i in range(0, n_eval, batch_size)]
@@ -257,7 +273,8 @@ if __name__ == "__main__":
                 logits, loss = eval_model(x, y, n_pred=x.size(0) * round(mask_prob * block_size))
             t = y[y != -100]  # the head's rows come in this order, then padding rows (see Bert.forward)
             n = t.numel()
-            stats += torch.tensor([loss.item() * n, (logits[:n].argmax(-1) == t).sum().item(), n], device=device)
+            stats += torch.tensor([loss.item() * n, (logits[:n].argmax(-1) == t).sum().item(), n],
+                                  device=device, dtype=torch.float64)
         if ddp:
             dist.all_reduce(stats)
         raw_model.train()
@@ -271,6 +288,9 @@ if __name__ == "__main__":
             with autocast:
                 compiled(x, y, n_pred=n_pred)[1].backward()
             model = compiled
+        except torch.OutOfMemoryError:
+            raise SystemExit(f"train: out of GPU memory at batch_size {batch_size}: lower it and raise "
+                             "gradient_accumulation_steps (the global batch stays the same)")
         except Exception as e:
             if master:
                 print(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); running eagerly")
@@ -295,7 +315,12 @@ if __name__ == "__main__":
         kept = []
         if init_from == "resume" and os.path.exists(log_path):
             with open(log_path) as f:
-                kept = [line for line in f if line.strip() and json.loads(line)["step"] <= iter_num]
+                for line in f:
+                    try:
+                        if json.loads(line)["step"] <= iter_num:
+                            kept.append(line)
+                    except (ValueError, KeyError):  # e.g. a line half-written when the run was killed
+                        pass
         with open(log_path + ".tmp", "w") as f:
             f.writelines(kept)
         os.replace(log_path + ".tmp", log_path)
@@ -317,8 +342,10 @@ if __name__ == "__main__":
         state = {"model": raw_model.state_dict(), "model_args": model_args, "iter_num": iter_num, "config": config}
         if full:  # everything needed to continue to the bit
             rng = {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
-            rngs = [None] * world
-            dist.all_gather_object(rngs, rng) if ddp else rngs.__setitem__(0, rng)
+            rngs = [rng]
+            if ddp:
+                rngs = [None] * world
+                dist.all_gather_object(rngs, rng)
             state.update(optimizer=optimizer.state_dict(), scaler=scaler.state_dict(), rng=rngs)
         if master:
             save_checkpoint(state, path)
@@ -382,11 +409,16 @@ if __name__ == "__main__":
         iter_num += 1
         bar.update(1)
 
+        if ddp:  # stop together as soon as any process was signalled (on CPU: no GPU sync)
+            flag = torch.tensor([len(stop_signal)])
+            dist.all_reduce(flag, group=flag_group)
+            stopping = flag.item() > 0
+        else:
+            stopping = bool(stop_signal)
         if iter_num % log_interval == 0:  # the only host syncs of a step happen here
-            if ddp:  # the mean loss over all processes, and whether any of them was asked to stop
-                sums = torch.stack([train_loss, torch.tensor(float(len(stop_signal)), device=device)])
-                dist.all_reduce(sums)
-                train_loss, stopping = sums[0] / world, sums[1].item() > 0
+            if ddp:  # the mean loss over all processes
+                dist.all_reduce(train_loss)
+                train_loss /= world
             train_loss = train_loss.item()
             if not math.isfinite(train_loss) and not scaler.is_enabled():  # fp16 overflow steps are skipped
                 raise SystemExit(f"train: loss is {train_loss} at step {iter_num}; last good checkpoint: "
@@ -394,14 +426,16 @@ if __name__ == "__main__":
             tok_s = tokens_per_step * (iter_num - t0_iter) / (time.time() - t0)
             t0, t0_iter = time.time(), iter_num
             record = {"type": "train", "step": iter_num, "loss": train_loss, "lr": lr, "tokens_per_s": tok_s}
-            if peak:
-                record["mfu"] = raw_model.estimate_mfu(tok_s, block_size, n_pred / (batch_size * block_size), peak)
+            if peak:  # per GPU: the tokens of one process against one GPU's peak
+                record["mfu"] = raw_model.estimate_mfu(tok_s / world, block_size, n_pred / (batch_size * block_size),
+                                                       peak)
             if master:
                 log(record)
                 stats = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("type", "step"))
-                bar.set_postfix_str(stats) if not bar.disable else print(f"step {iter_num}: {stats}", flush=True)
-        if not ddp:  # with DDP the processes agree on stopping at log steps (above)
-            stopping = bool(stop_signal)
+                if bar.disable:
+                    print(f"step {iter_num}: {stats}", flush=True)
+                else:
+                    bar.set_postfix_str(stats)
 
     bar.close()
     if ddp:

@@ -170,7 +170,7 @@ def test_ddp_two_processes_match_one(data_dir, tmp_path):
 # ---- bad input: one clear line, nothing overwritten ------------------------------------------------------
 def test_bad_input_messages(data_dir, tmp_path):
     p = run_train(*TINY, "--dataset=no_such_corpus", f"--out_dir={tmp_path}/x", check=False)
-    assert p.returncode != 0 and "run `python prepare_oscar.py --source=no_such_corpus` first" in p.stderr
+    assert p.returncode != 0 and "no dataset in data/no_such_corpus: make it with `python prepare_oscar.py" in p.stderr
     assert "Traceback" not in p.stderr
     p = run_train(*TINY, f"--dataset={data_dir}", "--block_size=48", f"--out_dir={tmp_path}/x", check=False)
     assert "must divide the dataset's block size" in p.stderr and "Traceback" not in p.stderr
@@ -184,3 +184,7 @@ def test_bad_input_messages(data_dir, tmp_path):
     assert "is not a readable checkpoint" in p.stderr and "Traceback" not in p.stderr
     p = run_train(*TINY, "--attention_type=asym", f"--dataset={data_dir}", f"--out_dir={tmp_path}/y", check=False)
     assert "attention_type must be one of" in p.stderr
+    for bad, msg in [("--eval_interval=0", "must be at least 1"), ("--device=gpu", "is not available here"),
+                     ("--batch_size=100000", "prepare more data or use a batch_size <=")]:
+        p = run_train(*TINY, bad, f"--dataset={data_dir}", f"--out_dir={tmp_path}/z", check=False)
+        assert msg in p.stderr and "Traceback" not in p.stderr, (bad, p.stderr[-500:])
