@@ -172,7 +172,7 @@ if __name__ == "__main__":
     if device_type not in ("cpu", "cuda", "mps") or (device_type == "cuda" and not torch.cuda.is_available()):
         raise SystemExit(f"train: device {device!r} is not available here: use cpu, cuda[:N] (with a GPU) or mps")
     if device_type == "cuda":
-        torch.cuda.set_device(device)  # so that cuda RNG states and the device name are this GPU's
+        torch.cuda.set_device(torch.device(device).index or 0)  # RNG states and device name are this GPU's
     if min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, max_iters) < 1:
         raise SystemExit("train: batch_size, gradient_accumulation_steps, eval_interval, eval_iters, "
                          "log_interval and max_iters must be at least 1")
