@@ -232,8 +232,9 @@ def test_bad_config_fails_at_construction():
 
 # ---- GLUE head, optimizer, FLOPs -------------------------------------------------------------------------
 @pytest.mark.parametrize("num_labels", [1, 3])
-def test_classifier_loads_pretrained_encoder(num_labels):
-    mlm = tiny("pairwise").eval()
+@pytest.mark.parametrize("attention_type", ["pairwise", "hybrid"])
+def test_classifier_loads_pretrained_encoder(num_labels, attention_type):
+    mlm = tiny(attention_type, sub_ln=attention_type == "hybrid").eval()
     clf = BertClassifier.from_pretrained(mlm.config, mlm.state_dict(), num_labels).eval()
     idx = torch.randint(0, 97, (2, 9))
     with torch.no_grad():
