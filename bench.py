@@ -8,6 +8,8 @@ is installed (it is not a requirement of this project).
         --block_size=512 --batch_size=32 --modes=eager,compiled   # bert-base on a GPU, bf16
 
 Reports the median over `repeats` timings of `steps` steps each, after `warmup` steps (and compilation).
+The repeats of all models are interleaved (model 1, 2, ..., 1, 2, ...), so that drift in the machine's
+speed hits every model alike.
 """
 import statistics
 import time
@@ -16,7 +18,7 @@ from contextlib import nullcontext
 import torch
 
 from model import Bert, BertConfig
-from train import gpu_peak_flops, mask_tokens
+from train import compile_model, gpu_peak_flops, mask_tokens
 
 # -----------------------------------------------------------------------------
 device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -29,7 +31,7 @@ mask_prob = 0.15
 attention_types = "original,symmetric,pairwise,additive,hybrid"
 modes = "compiled"  # ours: 'eager', 'compiled' or both (train.py compiles by default)
 hf_modes = "eager"  # BertForMaskedLM: 'eager' (as its users run it), 'compiled', both, or '' to skip
-warmup, steps, repeats = 2, 3, 3
+warmup, steps, repeats = 2, 2, 3
 seq_lens = "256,1024"  # additive vs original at a fixed number of tokens per batch ('' to skip)
 peak_flops = 0.0  # for MFU; 0 = the GPU's dense bf16 peak by name (train.gpu_peak_flops)
 seed = 0
@@ -41,18 +43,24 @@ def sync():
         torch.cuda.synchronize()
 
 
-def median_step_time(step):
-    for _ in range(warmup):
+def seconds_per_step(step):
+    t0 = time.perf_counter()
+    for _ in range(steps):
         step()
     sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(steps):
+    return (time.perf_counter() - t0) / steps
+
+
+def median_step_times(step_fns, warm=False):
+    """Warm each up (this compiles) unless warm, then time them round-robin: median seconds per step of each."""
+    for step in step_fns if not warm else []:
+        for _ in range(warmup):
             step()
-        sync()
-        times.append((time.perf_counter() - t0) / steps)
-    return statistics.median(times)
+    times = [[] for _ in step_fns]
+    for _ in range(repeats):
+        for t, step in zip(times, step_fns):
+            t.append(seconds_per_step(step))
+    return [statistics.median(t) for t in times]
 
 
 def make_batch(B, T):
@@ -112,18 +120,20 @@ if __name__ == "__main__":
           + (f"; MFU against {peak / 1e12:.0f} TFLOP/s" if peak else ""))
     x, y, n_pred = make_batch(batch_size, block_size)
     tokens = batch_size * block_size
-    rows = []  # (model, mode, seconds per step, peak memory, FLOPs per token)
+    rows, step_fns = [], []  # rows: [model, mode, peak memory, FLOPs per token], then seconds per step
 
-    def run(label, mode, model, opt, hf=False, flops=0.0):
+    def add(label, mode, model, opt, hf=False, flops=0.0):
         if on_gpu:
             torch.cuda.reset_peak_memory_stats()
-        fwd = torch.compile(model) if mode == "compiled" else model
-        dt = median_step_time(train_step(fwd, opt, x, y, n_pred, hf))
+        fwd = (compile_model(model, device.split(":")[0]) if not hf else torch.compile(model)) \
+            if mode == "compiled" else model  # ours exactly as train.py compiles it
+        step_fns.append(train_step(fwd, opt, x, y, n_pred, hf))
+        for _ in range(warmup):  # compiles, and shows this model's peak memory
+            step_fns[-1]()
+        sync()
         mem = torch.cuda.max_memory_allocated() / 2**30 if on_gpu else float("nan")
-        rows.append((label, mode, dt, mem, flops))
-        print(f"  {label:<28} {mode:<9} {dt * 1e3:8.1f} ms/step  {tokens / dt:10,.0f} tokens/s", flush=True)
-        del fwd, model, opt
-        torch._dynamo.reset()
+        rows.append([label, mode, mem, flops])
+        print(f"  ready: {label}, {mode}", flush=True)
 
     for mode in filter(None, hf_modes.split(",")):
         try:
@@ -133,11 +143,13 @@ if __name__ == "__main__":
             break
         with torch.device("meta"):  # same architecture as ours/original, vocabulary head at every position
             hf_flops = Bert(config("original")).flops_per_token(block_size, 1.0)
-        run("HF BertForMaskedLM (sdpa)", mode, model, opt, hf=True, flops=hf_flops)
+        add("HF BertForMaskedLM (sdpa)", mode, model, opt, hf=True, flops=hf_flops)
     for attention_type in attention_types.split(","):
         for mode in modes.split(","):
             model, opt = ours(attention_type)
-            run(f"ours, {attention_type}", mode, model, opt, flops=model.flops_per_token(block_size, n_pred / tokens))
+            add(f"ours, {attention_type}", mode, model, opt, flops=model.flops_per_token(block_size, n_pred / tokens))
+    for row, dt in zip(rows, median_step_times(step_fns, warm=True)):
+        row.insert(2, dt)
 
     hf_eager = next((r[2] for r in rows if r[0].startswith("HF") and r[1] == "eager"), None)
     print(f"\n| model | mode | ms/step | tokens/s | vs HF eager |{' peak GiB | MFU |' if on_gpu else ''}")
@@ -154,9 +166,9 @@ if __name__ == "__main__":
         print("| attention | " + " | ".join(f"T={t}" for t in lens) + " |")
         print("|---|" + "---|" * len(lens))
         for attention_type in ("original", "additive"):
-            times = []
+            fns = []
             for T in lens:
                 x, y, n_pred = make_batch(n_tok // T, T)
-                model, opt = ours(attention_type, T)
-                times.append(median_step_time(train_step(model, opt, x, y, n_pred)))
+                fns.append(train_step(*ours(attention_type, T), x, y, n_pred))
+            times = median_step_times(fns)
             print(f"| {attention_type} | " + " | ".join(f"{t * 1e3:.0f} ({t / times[0]:.2f}x)" for t in times) + " |")
