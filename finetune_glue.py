@@ -30,6 +30,7 @@ from tqdm import tqdm
 from configurator import configure
 from model import BertClassifier, BertConfig
 from tokenizer import get_tokenizer
+from train import optimizer_step
 
 # -----------------------------------------------------------------------------
 init_from = ''  # a train.py checkpoint: <out_dir>/ckpt.pt or <out_dir>/snapshots/ckpt_<step>.pt
@@ -287,12 +288,7 @@ def finetune(task, data, seed, cfg, state):
                 with ctx:
                     _, loss = fwd(ids, torch.from_numpy(train['y'][idx]).to(device), mask, types)
                 scaler.scale(loss).backward()
-                if grad_clip:
-                    scaler.unscale_(opt)
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-                scaler.step(opt)
-                scaler.update()
-                opt.zero_grad(set_to_none=True)
+                optimizer_step(opt, scaler, model.parameters(), grad_clip)
                 loss_sum += loss.detach()
                 step += 1
                 bar.update()

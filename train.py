@@ -88,6 +88,16 @@ def mask_tokens(x, mask_prob, n_ordinary, mask_id, generator):
     return inputs, torch.where(selected, x, -100)
 
 
+def optimizer_step(optimizer, scaler, params, grad_clip):
+    """Unscale (fp16), clip, step (the scaler skips a step whose gradients overflowed), zero the gradients."""
+    if grad_clip:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def load_dataset(path, vocab_size, block_size):
     """(train, val) as (N, block_size) uint16 memmaps, after checking meta.json against the model config."""
     meta_path = os.path.join(path, "meta.json")
@@ -408,12 +418,7 @@ if __name__ == "__main__":
             x, y = get_batch(iter_num, micro + 1) if micro + 1 < accum else get_batch(iter_num + 1, 0)  # prefetch
             scaler.scale(loss).backward()
             train_loss += loss.detach()
-        if grad_clip:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(raw_model.parameters(), grad_clip)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        optimizer_step(optimizer, scaler, raw_model.parameters(), grad_clip)
         iter_num += 1
         bar.update(1)
 
