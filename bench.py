@@ -125,8 +125,7 @@ if __name__ == "__main__":
     def add(label, mode, model, opt, hf=False, flops=0.0):
         if on_gpu:
             torch.cuda.reset_peak_memory_stats()
-        fwd = (compile_model(model, device.split(":")[0]) if not hf else torch.compile(model)) \
-            if mode == "compiled" else model  # ours exactly as train.py compiles it
+        fwd = compile_model(model, device.split(":")[0]) if mode == "compiled" else model  # as train.py does
         step_fns.append(train_step(fwd, opt, x, y, n_pred, hf))
         for _ in range(warmup):  # compiles, and shows this model's peak memory
             step_fns[-1]()

@@ -382,13 +382,17 @@ if __name__ == "__main__":
     start_iter, stopping = iter_num, False
     last_good = ckpt_path if init_from == "resume" else None
     t0, t0_iter = time.time(), iter_num
+
+    def check_finite(what, value):
+        if not math.isfinite(value):
+            raise SystemExit(f"train: {what} is {value} at step {iter_num}; last good checkpoint: "
+                             f"{last_good or 'none'}. Try a lower learning_rate or dtype=bfloat16")
+
     while True:
         if iter_num % eval_interval == 0 or iter_num == max_iters:
             if iter_num != start_iter or init_from == "scratch":  # a resumed step was evaluated already
                 eval_loss, eval_acc = evaluate()
-                if not math.isfinite(eval_loss):
-                    raise SystemExit(f"train: eval loss is {eval_loss} at step {iter_num}; last good checkpoint: "
-                                     f"{last_good or 'none'}. Try a lower learning_rate or dtype=bfloat16")
+                check_finite("eval loss", eval_loss)
                 if master:
                     log({"type": "eval", "step": iter_num, "loss": eval_loss, "accuracy": eval_acc})
                     say(f"step {iter_num}: eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}")
@@ -433,9 +437,8 @@ if __name__ == "__main__":
                 dist.all_reduce(train_loss)
                 train_loss /= world
             train_loss = train_loss.item()
-            if not math.isfinite(train_loss) and not scaler.is_enabled():  # fp16 overflow steps are skipped
-                raise SystemExit(f"train: loss is {train_loss} at step {iter_num}; last good checkpoint: "
-                                 f"{last_good or 'none'}. Try a lower learning_rate or dtype=bfloat16")
+            if not scaler.is_enabled():  # with fp16 the scaler skips overflowed steps: not fatal
+                check_finite("loss", train_loss)
             tok_s = tokens_per_step * (iter_num - t0_iter) / (time.time() - t0)
             t0, t0_iter = time.time(), iter_num
             record = {"type": "train", "step": iter_num, "loss": train_loss, "lr": lr, "tokens_per_s": tok_s}
