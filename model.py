@@ -38,6 +38,9 @@ class BertConfig:
     attention_type: str = "original"
     hybrid_pattern: str = "original,additive"  # attention_type='hybrid': layer l uses entry l % len
     sub_ln: bool = False  # extra LayerNorm before the attention output projection and the MLP's 2nd linear
+    # initialisation ablations (README "The study"): neither changes the operator, only where training starts
+    s_init_std: float = 1.0  # pairwise: S ~ N(0, s_init_std^2); the paper's is 1.0, 0.02 is the other weights'
+    symmetric_init: bool = False  # original: the key weight and bias start as copies of the query's
 
     def __post_init__(self):
         if self.attention_type not in ATTENTION_TYPES:
@@ -46,6 +49,10 @@ class BertConfig:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         if self.attention_type == "hybrid" and not set(self.hybrid_pattern.split(",")) <= set(OPERATORS):
             raise ValueError(f"hybrid_pattern must be a comma list of {OPERATORS}, got {self.hybrid_pattern!r}")
+        if self.symmetric_init and "original" not in self.layer_operators():
+            raise ValueError("symmetric_init copies the query into the key: it needs original attention layers")
+        if not self.s_init_std > 0:
+            raise ValueError(f"s_init_std must be > 0, got {self.s_init_std}")
 
     def layer_operators(self):
         if self.attention_type != "hybrid":
@@ -75,19 +82,33 @@ class SelfAttention(nn.Module):
         self.S = nn.Parameter(torch.empty(cfg.n_head, d, d)) if operator == "pairwise" else None
         self.sub_ln = LayerNorm(cfg.n_embd) if cfg.sub_ln else nn.Identity()
         self.out = nn.Linear(cfg.n_embd, cfg.n_embd)
+        self.s_init_std, self.symmetric_init = cfg.s_init_std, cfg.symmetric_init and operator == "original"
+
+    def heads(self, t):  # (B, T, C) -> (B, nh, T, d)
+        B, T, C = t.shape
+        return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+
+    def qk(self, x):
+        """The operator as ordinary attention: (q, k) per head with scores = q k^T / sqrt(d)."""
+        q = self.heads(self.query(x))
+        k = self.heads(self.key(x)) if self.key is not None else q  # symmetric and pairwise: K = Q
+        if self.S is not None:
+            q = torch.einsum("bhtd,hde->bhte", q, self.S)  # pairwise: (q S_h) q^T. Not q @ S: its broadcast
+            # backward is ~100x slower on CPU
+        return q, k
 
     def forward(self, x, mask=None, rows=None):
         """rows: flat indices into the B*T positions; when given, only those rows are output."""
         B, T, C = x.shape
-        heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, d)
-        q = heads(self.query(x))
-        k = heads(self.key(x)) if self.key is not None else q  # symmetric and pairwise: K = Q
-        if self.S is not None:
-            q = torch.einsum("bhtd,hde->bhte", q, self.S)  # pairwise: (q S_h) q^T. Not q @ S: its broadcast
-            # backward is ~100x slower on CPU
-        y = F.scaled_dot_product_attention(q, k, heads(self.value(x)), attn_mask=mask,
+        y = F.scaled_dot_product_attention(*self.qk(x), self.heads(self.value(x)), attn_mask=mask,
                                            dropout_p=self.dropout if self.training else 0.0)
         return self.out(self.sub_ln(select(y.transpose(1, 2).reshape(B, T, C), rows)))
+
+    def attention_probs(self, x, mask=None):
+        """[(B, nh, T, T) attention probabilities], for diagnostics (the fused kernel never forms them)."""
+        q, k = self.qk(x)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+        return [scores.masked_fill(~mask, float("-inf")).softmax(-1) if mask is not None else scores.softmax(-1)]
 
 
 class AdditiveAttention(nn.Module):
@@ -107,20 +128,32 @@ class AdditiveAttention(nn.Module):
         self.sub_ln = LayerNorm(cfg.n_embd) if cfg.sub_ln else nn.Identity()
         self.out = nn.Linear(cfg.n_embd, cfg.n_embd)
 
-    def forward(self, x, mask=None, rows=None):
+    def attend(self, x, mask=None):
+        """(u, q, [alpha, beta]): u_i = k_g * v_i and q_i per head, and the two pooling softmaxes (B, nh, T, 1)."""
         B, T, C = x.shape
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, d)
 
-        def pool(t, w):  # softmax over the real tokens of (w . t_i / sqrt(d)), then sum_i a_i t_i
+        def weights(t, w):  # softmax over the real tokens of (w . t_i / sqrt(d))
             scores = (t @ w) / math.sqrt(t.size(-1))  # (B, nh, T, 1)
             if mask is not None:
                 scores = scores.masked_fill(~mask.transpose(-1, -2), float("-inf"))
-            return (scores.softmax(dim=2) * t).sum(dim=2, keepdim=True)  # (B, nh, 1, d)
+            return scores.softmax(dim=2)
 
         q = self.query(x)
-        p = pool(heads(q), self.w_q) * heads(self.key(x))
-        u = pool(p, self.w_k) * heads(self.value(x))
+        alpha = weights(heads(q), self.w_q)
+        p = (alpha * heads(q)).sum(dim=2, keepdim=True) * heads(self.key(x))  # q_g * k_i
+        beta = weights(p, self.w_k)
+        u = (beta * p).sum(dim=2, keepdim=True) * heads(self.value(x))  # k_g * v_i
+        return u, q, [alpha, beta]
+
+    def forward(self, x, mask=None, rows=None):
+        B, T, C = x.shape
+        u, q, _ = self.attend(x, mask)
         return self.out(self.sub_ln(select(u.transpose(1, 2).reshape(B, T, C), rows))) + select(q, rows)
+
+    def attention_probs(self, x, mask=None):
+        """[alpha, beta] as (B, nh, 1, T): one distribution over the tokens per head, for diagnostics."""
+        return [p.transpose(-1, -2) for p in self.attend(x, mask)[2]]
 
 
 class Layer(nn.Module):
@@ -154,19 +187,50 @@ class Encoder(nn.Module):
     def forward(self, idx, attention_mask=None, token_type_ids=None, rows=None):
         """(B, T, C) hidden states; with rows (flat positions), the (n, C) states of those rows only: the
         last layer then reads keys and values everywhere but computes the rest only there (as MosaicBERT)."""
-        B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
-        x = x + (self.wtt(token_type_ids) if token_type_ids is not None else self.wtt.weight[0])
-        x = self.drop(self.ln(x))
-        # padding: a boolean (B, 1, 1, T) mask, True = may attend. None keeps SDPA's fastest kernels.
-        mask = attention_mask.bool()[:, None, None, :] if attention_mask is not None else None
+        x, mask = self.embed(idx, token_type_ids), padding_mask(attention_mask)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, rows if i == len(self.layers) - 1 else None)
         return x
 
+    def embed(self, idx, token_type_ids=None):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
+        x = x + (self.wtt(token_type_ids) if token_type_ids is not None else self.wtt.weight[0])
+        return self.drop(self.ln(x))
+
+
+def padding_mask(attention_mask):
+    """A boolean (B, 1, 1, T) mask, True = may attend; None (no padding) keeps SDPA's fastest kernels."""
+    return attention_mask.bool()[:, None, None, :] if attention_mask is not None else None
+
+
+def attention_entropy(p, real):
+    """Mean entropy of attention distributions p (B, nh, n_queries, T), each divided by log(number of real
+    keys) of its sequence (real: (B, T) bool): 1.0 = uniform over the real tokens, 0.0 = one-hot."""
+    n = real.sum(1).clamp(min=2).to(p.dtype)  # one real key has no uncertainty to speak of: log(2) is the floor
+    return (-torch.xlogy(p, p).sum(-1) / n.log()[:, None, None]).mean()
+
+
+@torch.no_grad()
+def diagnostics(encoder, idx, attention_mask=None):
+    """What a loss plateau looks like (Gopalani & Hu 2025): per layer, the mean normalised attention entropy of
+    its input (1.0 = uniform; an additive layer: the mean over its two pooling softmaxes), and representation
+    collapse: the mean cosine similarity between the final hidden states of different positions of a sequence
+    (1.0 = all parallel). Eager and explicit: call it on one batch, in eval mode."""
+    real = attention_mask.bool() if attention_mask is not None else torch.ones_like(idx, dtype=torch.bool)
+    x, mask = encoder.embed(idx), padding_mask(attention_mask)
+    entropy = []
+    for layer in encoder.layers:
+        probs = layer.attn.attention_probs(x, mask)
+        entropy.append(sum(attention_entropy(p.float(), real).item() for p in probs) / len(probs))
+        x = layer(x, mask)
+    h = F.normalize(x.float(), dim=-1)
+    pairs = real[:, :, None] & real[:, None, :] & ~torch.eye(idx.size(1), dtype=torch.bool, device=idx.device)
+    return {"attn_entropy": entropy, "collapse": (h @ h.transpose(1, 2))[pairs].mean().item()}
+
 
 def _init_weights(module):
-    """BERT's init: N(0, 0.02) for linear and embedding weights, zero biases, LayerNorm 1/0; S ~ N(0, 1)."""
+    """BERT's init: N(0, 0.02) for linear and embedding weights, zero biases, LayerNorm 1/0; S ~ N(0, 1) (or
+    N(0, s_init_std^2)); with symmetric_init, each original layer's key starts equal to its query."""
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
@@ -175,11 +239,14 @@ def _init_weights(module):
         if isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
-        if isinstance(m, SelfAttention) and m.S is not None:
-            nn.init.normal_(m.S, std=1.0)
         if isinstance(m, AdditiveAttention):
             nn.init.normal_(m.w_q, std=0.02)
             nn.init.normal_(m.w_k, std=0.02)
+    for m in module.modules():  # after the linears above: the key copies an initialised query
+        if isinstance(m, SelfAttention) and m.S is not None:
+            nn.init.normal_(m.S, std=m.s_init_std)
+        if isinstance(m, SelfAttention) and m.symmetric_init:
+            m.key.load_state_dict(m.query.state_dict())  # copied values, not shared tensors: both train freely
 
 
 class Bert(nn.Module):
@@ -194,18 +261,15 @@ class Bert(nn.Module):
         self.head_bias = nn.Parameter(torch.zeros(config.vocab_size))
         _init_weights(self)
 
-    def forward(self, idx, targets=None, attention_mask=None, token_type_ids=None, n_pred=None):
-        """targets: (B, T) token ids, -100 where nothing is predicted. With targets the head runs only at
-        the predicted positions and logits has one row per computed position. n_pred, when given, is a
-        fixed number of positions to compute (>= the number predicted), so that shapes stay static
-        under torch.compile; the padding rows it adds carry target -100 and do not count in the loss."""
+    def forward(self, idx, targets=None, pos=None, attention_mask=None, token_type_ids=None):
+        """targets: (B, T) token ids, -100 where nothing is predicted. With targets the head runs only at the
+        predicted positions and logits has one row per computed position: at pos (flat indices into B*T, as
+        common.mask_tokens returns them: a fixed number, so that shapes stay static under torch.compile; a
+        position there whose target is -100 does not count), else at every position with a target."""
         if targets is None:
             return self.head(self.encoder(idx, attention_mask, token_type_ids)), None
         targets = targets.reshape(-1)
-        if n_pred is None:
-            pos = (targets != -100).nonzero().squeeze(1)
-        else:  # predicted positions first (stable sort), then padding positions up to n_pred
-            pos = torch.argsort((targets == -100).to(torch.int8), stable=True)[:n_pred]
+        pos = (targets != -100).nonzero().squeeze(1) if pos is None else pos
         logits = self.head(self.encoder(idx, attention_mask, token_type_ids, rows=pos))
         return logits, F.cross_entropy(logits.float(), targets[pos], ignore_index=-100)
 

@@ -126,6 +126,7 @@ def test_pairwise_orientation_matters():
     x = torch.randn(1, 9, 32)
     with torch.no_grad():
         attn.value.weight.mul_(50)  # make the outputs large enough to compare
+        attn.query.weight.mul_(10)  # and the scores far from uniform, where S and S^T cannot look alike
         before = attn(x)
         attn.S.copy_(attn.S.transpose(-1, -2).clone())
         after = attn(x)
@@ -217,9 +218,13 @@ def test_sparse_head_loss_equals_full_logits_loss(attention_type):
         logits, loss = model(idx, targets)
         assert logits.shape == (n, 97)
         torch.testing.assert_close(loss, expected)
-        logits, loss_static = model(idx, targets, n_pred=n + 7)  # static shape with 7 padding rows
+        predicted = (targets.view(-1) != -100).nonzero().squeeze(1)
+        extra = torch.tensor([i for i in range(48) if i not in predicted][:7])  # 7 rows that predict nothing
+        pos = torch.cat([predicted, extra])[torch.randperm(n + 7)]  # a fixed count, in any order
+        logits, loss_static = model(idx, targets, pos)
         assert logits.shape == (n + 7, 97)
         torch.testing.assert_close(loss_static, expected)
+        torch.testing.assert_close(logits, full.view(-1, 97)[pos], atol=1e-5, rtol=1e-5)  # row i is pos[i]
 
 
 # ---- Bad configuration ---------------------------------------------------------------------------------
@@ -317,3 +322,75 @@ def test_last_layer_on_selected_rows_equals_full_encoder(attention_type):
         part = model.encoder(idx, mask, rows=rows)
     assert part.shape == (6, 32)
     torch.testing.assert_close(part, full, atol=1e-5, rtol=1e-5)
+
+
+# ---- Plateau diagnostics and the initialisation ablations ---------------------------------------------
+def test_attention_entropy_uniform_one_hot_and_padding():
+    from model import attention_entropy
+
+    real = torch.tensor([[True] * 6 + [False] * 2, [True] * 8])  # row 0: 2 padding positions
+    uniform = real[:, None, None, :].float().expand(2, 3, 8, 8) / real.sum(1)[:, None, None, None]
+    assert attention_entropy(uniform, real).item() == pytest.approx(1.0, abs=1e-6)
+    one_hot = torch.zeros(2, 3, 8, 8)
+    one_hot[..., 2] = 1.0
+    assert attention_entropy(one_hot, real).item() == pytest.approx(0.0, abs=1e-7)
+    half = torch.zeros(2, 1, 1, 8)  # two of n keys at 1/2: log 2 / log n
+    half[..., :2] = 0.5
+    assert attention_entropy(half, real).item() == pytest.approx((math.log(2) / math.log(6) + math.log(2) / math.log(8)) / 2)
+
+
+@pytest.mark.parametrize("attention_type", ATTENTION_TYPES)
+def test_diagnostics_uniform_attention_and_collapse(attention_type):
+    from model import diagnostics
+
+    model = tiny(attention_type, hybrid_pattern="pairwise,additive").eval()
+    idx = torch.randint(0, 97, (2, 12))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 9:] = 0
+    d = diagnostics(model.encoder, idx, mask)
+    assert len(d["attn_entropy"]) == 2 and all(0.0 < e <= 1.0 + 1e-6 for e in d["attn_entropy"])
+    assert -1.0 <= d["collapse"] < 0.999
+    with torch.no_grad():  # constant scores: every softmax uniform over the real tokens
+        for layer in model.encoder.layers:
+            for proj in (layer.attn.query, layer.attn.key):
+                if proj is not None:  # symmetric and pairwise have no key
+                    proj.weight.zero_()
+                    proj.bias.zero_()
+        model.encoder.layers[-1].ln_mlp.weight.zero_()  # every final hidden state = the LayerNorm bias
+        model.encoder.layers[-1].ln_mlp.bias.copy_(torch.randn(32))
+    d = diagnostics(model.encoder, idx, mask)
+    assert d["attn_entropy"] == pytest.approx([1.0, 1.0], abs=1e-5)
+    assert d["collapse"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_s_init_std_sets_the_scale_of_S():
+    for std in (1.0, 0.02):
+        S = Bert(BertConfig(n_layer=1, n_head=12, n_embd=768, n_inner=8, attention_type="pairwise",
+                            s_init_std=std)).encoder.layers[0].attn.S
+        assert S.std().item() == pytest.approx(std, rel=0.02)
+    with pytest.raises(ValueError, match="s_init_std"):
+        BertConfig(attention_type="pairwise", s_init_std=0.0)
+
+
+def test_symmetric_init_copies_query_into_key_then_trains_freely():
+    model = tiny("original", symmetric_init=True)
+    perturb_(model)  # query bias != 0 from here; re-run the init to check the bias is copied too
+    from model import _init_weights
+    with torch.no_grad():
+        model.encoder.layers[0].attn.query.bias.normal_()
+    _init_weights(model)  # zeroes biases, re-draws weights, then copies
+    for layer in model.encoder.layers:
+        assert torch.equal(layer.attn.key.weight, layer.attn.query.weight)
+        assert torch.equal(layer.attn.key.bias, layer.attn.query.bias)
+        assert layer.attn.key.weight.data_ptr() != layer.attn.query.weight.data_ptr()  # copies, not shared
+    assert not torch.equal(tiny("original").encoder.layers[0].attn.key.weight,
+                           tiny("original").encoder.layers[0].attn.query.weight)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    idx = torch.randint(0, 97, (4, 12))
+    model(idx, torch.where(torch.rand(4, 12) < 0.3, idx, -100))[1].backward()
+    opt.step()
+    attn = model.encoder.layers[0].attn
+    assert not torch.equal(attn.key.weight, attn.query.weight)  # the key follows its own gradient
+    with pytest.raises(ValueError, match="symmetric_init"):
+        BertConfig(attention_type="pairwise", symmetric_init=True)
+    BertConfig(attention_type="hybrid", symmetric_init=True)  # has original layers: fine
