@@ -8,9 +8,13 @@ which runs every config file named on the command line over those globals (plain
 e.g. config/base_pair.py), then applies `--key=value` overrides. Values are parsed with
 ast.literal_eval and must match the default's type (an int is accepted where a float is expected);
 a key whose default is a string takes the text as it is. Unknown keys and wrong types stop with a one-line message.
+`--help` (or -h) prints every key with its default and the comment written beside it in the script, then exits.
 """
 import ast
+import io
+import os
 import sys
+import tokenize
 
 SIMPLE = (bool, int, float, str, tuple, list, type(None))
 
@@ -28,11 +32,59 @@ def _check(key, value, defaults, where):
                      f"(like the default {default!r}), got {type(value).__name__} {value!r}")
 
 
-def configure(g, argv=None):
-    """Apply config files and --key=value overrides from argv (default sys.argv[1:]) to the dict g."""
+def show(value):
+    return value if isinstance(value, str) else repr(value)
+
+
+def print_help(g, defaults):
+    """The script's docstring, then its config block as `--key=default  comment`, section comments as headings:
+    generated from the source, so it cannot drift from what the script does."""
+    path = g.get("__file__", "")
+    try:
+        with open(path) as f:
+            source = f.read()
+    except OSError:
+        source = ""
+    tree = ast.parse(source) if source else ast.Module(body=[])
+    print(f"usage: python {path and path.rsplit('/', 1)[-1]} [config/file.py ...] [--key=value ...]\n")
+    print((ast.get_docstring(tree) or "").strip() + "\n\nsettings (--key=default, then what it is):")
+    comments = {t.start[0]: (t.start[1], t.string.lstrip("#").strip()) for t in
+                tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT}
+    lines, done = source.splitlines(), set()
+    for node in tree.body:
+        names = [n.id for t in getattr(node, "targets", []) for n in (t.elts if isinstance(t, ast.Tuple) else [t])
+                 if isinstance(n, ast.Name) and n.id in defaults and n.id not in done]  # the first assignment
+        if not names:
+            continue
+        heading = comments.get(node.lineno - 1)  # a comment line of its own just above, at column 0: a section
+        if heading and heading[0] == 0 and not heading[1].startswith("-") and lines[node.lineno - 2].startswith("#"):
+            print(f"\n {heading[1]}")
+        text = [comments.get(node.end_lineno, (0, ""))[1]]
+        line = node.end_lineno + 1
+        while line in comments and lines[line - 1].lstrip().startswith("#") and comments[line][0] > 0:
+            text.append(comments[line][1])  # an indented comment line below continues the comment
+            line += 1
+        for name in names:
+            done.add(name)
+            print(f"  --{name}={show(defaults[name])}".ljust(40) + " " + " ".join(t for t in text if t))
+    for name in sorted(set(defaults) - done):  # defined elsewhere than a plain assignment
+        print(f"  --{name}={show(defaults[name])}")
+
+
+def configure(g, argv=None, given=None):
+    """Apply config files and --key=value overrides from argv (default sys.argv[1:]) to the dict g; returns the
+    effective configuration. given, a set, receives the keys that a config file or an override set."""
     argv = sys.argv[1:] if argv is None else argv
     defaults = {k: v for k, v in g.items()  # lower-case globals: UPPER_CASE ones are the script's constants
                 if not k.startswith("_") and not k.isupper() and isinstance(v, SIMPLE)}
+    given = set() if given is None else given
+    if "--help" in argv or "-h" in argv:
+        try:
+            print_help(g, defaults)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `--help | head`
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0)
     for arg in argv:
         if not arg.startswith("--"):  # a config file
             try:
@@ -48,6 +100,7 @@ def configure(g, argv=None):
             for k, v in values.items():
                 if not k.startswith("_") and isinstance(v, SIMPLE):
                     g[k] = _check(k, v, defaults, arg)
+                    given.add(k)
         else:
             key, eq, text = arg[2:].partition("=")
             if not eq:
@@ -60,4 +113,5 @@ def configure(g, argv=None):
                 except (ValueError, SyntaxError):
                     value = text  # not a Python literal: reported as a str where a number is expected
             g[key] = _check(key, value, defaults, f"--{key}")
+            given.add(key)
     return {k: g[k] for k in defaults}  # the effective configuration, e.g. for logging and checkpoints

@@ -5,10 +5,12 @@ Masked-LM pre-training of BERT with the original, symmetric or pairwise attentio
     python train.py config/base_pair.py                       # one GPU
     torchrun --standalone --nproc_per_node=8 train.py config/base_pair.py
     python train.py config/base_pair.py --init_from=resume    # continue from out_dir/ckpt.pt
+    python train.py --help                                    # every setting, with its default
 
-Data: data/<dataset>/{train,val}.bin + meta.json from prepare_oscar.py. Masking is done here, per
-micro-batch, from (seed, micro-batch index) alone, so a run is reproducible and resumable to the bit
-and does not depend on the number of processes.
+The defaults below are the paper's bert-base run. Data: data/<dataset>/{train,val}.bin + meta.json from
+prepare_oscar.py. Masking is done here, per micro-batch, from (seed, micro-batch index) alone, so a run is
+reproducible and resumable to the bit and does not depend on the number of processes. A run stopped by
+SIGTERM/SIGINT saves first, then exits with 128 + the signal number; any other failure exits 1.
 """
 import json
 import math
@@ -16,443 +18,426 @@ import os
 import signal
 import sys
 import time
-from contextlib import nullcontext
-from dataclasses import asdict
 
-import numpy as np
-import torch
 
-from model import Bert, BertConfig
+def _interrupted(signum, frame):  # until the training loop takes over: Ctrl-C during start-up is one line
+    raise SystemExit(f"train: interrupted by signal {signum} before training started")
+
+
+signal.signal(signal.SIGINT, _interrupted)
+signal.signal(signal.SIGTERM, _interrupted)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from common import (all_finite, atomic_write, autocast, check_device, compile_model, gpu_peak_flops,  # noqa: E402
+                    linear_schedule, load_checkpoint, lock_dir, mask_tokens, optimizer_step, read_json, resolve_dtype,
+                    save_checkpoint)
+from configurator import configure  # noqa: E402
+from model import Bert, BertConfig, diagnostics  # noqa: E402
 
 # -----------------------------------------------------------------------------
-# defaults (the paper's bert-base run); config/*.py and --key=value override them
-out_dir = "out"
+out_dir = "out"  # checkpoints and log.jsonl go here
 init_from = "scratch"  # 'scratch' or 'resume' (from out_dir/ckpt.pt)
-dataset = "builtin"  # a folder under data/ (or a path) made by prepare_oscar.py
+dataset = "oscar"  # a folder under data/ (or a path) made by prepare_oscar.py
 # model
 attention_type = "original"  # 'original' | 'symmetric' | 'pairwise' | 'additive' | 'hybrid'
 hybrid_pattern = "original,additive"  # attention_type='hybrid': layer l uses entry l % len
 sub_ln = False  # sub-layer LayerNorms (HybridBERT / Magneto)
-n_layer, n_head, n_embd, n_inner = 12, 12, 768, 3072
+s_init_std = 1.0  # pairwise: S ~ N(0, s_init_std^2) (the paper: 1.0; the study's ablation: 0.02)
+symmetric_init = False  # original: the key starts as a copy of the query (the study's ablation)
+n_layer, n_head, n_embd, n_inner = 12, 12, 768, 3072  # layers, heads, hidden size, MLP width
 block_size = 512  # sequence length; must divide the dataset's block size
-dropout = 0.1
+dropout = 0.1  # hidden and attention dropout
 # masked LM
-mask_prob = 0.15
+mask_prob = 0.15  # fraction of each sequence's tokens that is predicted
 # optimisation: global batch = batch_size * gradient_accumulation_steps (split across processes)
-batch_size = 32
-gradient_accumulation_steps = 8
-max_iters = 200_000
-learning_rate = 1e-4
-warmup_iters = 10_000  # linear warm-up, then linear decay to 0 at max_iters
-weight_decay = 0.01
-beta1, beta2, eps = 0.9, 0.999, 1e-12
-grad_clip = 1.0  # 0 disables (Hugging Face Trainer's default is 1.0)
+batch_size = 32  # sequences per micro-batch and process
+gradient_accumulation_steps = 8  # micro-batches per optimizer step, over all processes
+max_iters = 200_000  # optimizer steps
+learning_rate = 1e-4  # peak learning rate
+warmup_iters = 10_000  # linear warm-up from 0, then linear decay to 0 at max_iters
+weight_decay = 0.01  # AdamW, on matrices and embeddings only
+beta1, beta2, eps = 0.9, 0.999, 1e-12  # AdamW
+grad_clip = 1.0  # max gradient norm (Hugging Face Trainer's default); 0 disables
 # evaluation, logging, checkpoints
-eval_interval = 250  # also writes out_dir/ckpt.pt
-eval_iters = 20  # eval batches, a fixed set of held-out blocks with a fixed masking
-log_interval = 10
-checkpoint_interval = 1000  # kept model-only snapshots in out_dir/snapshots/ (0 = none)
-seed = 1337
-wandb_log = False
-wandb_project = "symmetric-bert"
+eval_interval = 250  # steps between evals; each eval also rewrites out_dir/ckpt.pt
+eval_iters = 312  # eval batches: a fixed set of held-out blocks with a fixed masking (312 x 32 ~ the paper's 10k)
+log_interval = 10  # steps between train log records
+checkpoint_interval = 1000  # steps between kept model-only snapshots in out_dir/snapshots/ (0 = none)
+seed = 1337  # initialisation, data order, masking and dropout
+wandb_log = False  # also log to Weights & Biases (pip install wandb)
+wandb_project = "symmetric-bert"  # its project name
 # system
-device = "cuda" if torch.cuda.is_available() else "cpu"
-dtype = "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else (
-    "float16" if torch.cuda.is_available() else "float32")
-compile = True
+device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or mps
+dtype = "auto"  # float32, bfloat16 or float16 (with a GradScaler); auto: bf16 or fp16 on a GPU, float32 elsewhere
+compile = True  # torch.compile (falls back to eager, in one line, if it fails)
 peak_flops = 0.0  # device peak for the MFU estimate; 0 = guess from the GPU name (dense bf16)
 # -----------------------------------------------------------------------------
+given = set()  # the keys set by config files or --key=value
+config = configure(globals(), given=given)
+MODEL_KEYS = ("n_layer", "n_head", "n_embd", "n_inner", "block_size", "dropout", "attention_type",
+              "hybrid_pattern", "sub_ln", "s_init_std", "symmetric_init")
+problems = [msg for ok, msg in (
+    (init_from in ("scratch", "resume"), f"init_from must be 'scratch' or 'resume', got {init_from!r}"),
+    (min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, max_iters) >= 1,
+     "batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval and max_iters must be >= 1"),
+    (0 < mask_prob < 1, f"mask_prob must be in (0, 1), got {mask_prob}"),
+    (0 <= dropout < 1, f"dropout must be in [0, 1), got {dropout}"),
+    (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1,
+     "learning_rate and eps must be > 0, weight_decay and grad_clip >= 0, beta1 and beta2 in [0, 1)"),
+    (warmup_iters >= 0 and checkpoint_interval >= 0, "warmup_iters and checkpoint_interval must be >= 0"),
+) if not ok]
+if problems:
+    raise SystemExit("train: " + "; ".join(problems))
 
 
-def get_lr(it):
-    """Linear warm-up from 0 to learning_rate, then linear decay to 0 at max_iters (as the paper)."""
-    if it < warmup_iters:
-        return learning_rate * it / warmup_iters
-    return learning_rate * max(0.0, (max_iters - it) / max(1, max_iters - warmup_iters))
 
-
-def mask_tokens(x, mask_prob, n_ordinary, mask_id, generator):
-    """BERT masking of a (B, T) block of token ids. Selects round(mask_prob * T) positions per row, uniformly
-    among ordinary tokens (ids < n_ordinary: special tokens and padding are never selected); of those 80%
-    become [MASK], 10% a random ordinary token, 10% stay. A fixed count per row (as in Cramming) keeps the
-    number of predicted positions static for torch.compile. Returns (inputs, targets with -100)."""
-    B, T = x.shape
-    eligible = x < n_ordinary
-    scores = torch.rand(B, T, generator=generator).masked_fill_(~eligible, -1.0)
-    picked = scores.topk(round(mask_prob * T), dim=1).indices
-    selected = torch.zeros_like(eligible).scatter_(1, picked, True) & eligible
-    u = torch.rand(B, T, generator=generator)
-    random_tokens = torch.randint(0, n_ordinary, (B, T), generator=generator)
-    inputs = torch.where(selected & (u < 0.8), mask_id, x)
-    inputs = torch.where(selected & (u >= 0.8) & (u < 0.9), random_tokens, inputs)
-    return inputs, torch.where(selected, x, -100)
-
-
-def optimizer_step(optimizer, scaler, params, grad_clip):
-    """Unscale (fp16), clip, step (the scaler skips a step whose gradients overflowed), zero the gradients."""
-    if grad_clip:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(params, grad_clip)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def load_dataset(path, vocab_size, block_size):
-    """(train, val) as (N, block_size) uint16 memmaps, after checking meta.json against the model config."""
-    meta_path = os.path.join(path, "meta.json")
-    if not os.path.exists(meta_path):
-        raise SystemExit(f"train: no dataset in {path}: make it with `python prepare_oscar.py --source=... "
-                         f"--out_dir={path}` (the built-in corpus: `python prepare_oscar.py`)")
-    with open(meta_path) as f:
-        meta = json.load(f)
-    if meta["vocab_size"] != vocab_size:
-        raise SystemExit(f"train: {path} was tokenised for vocab_size {meta['vocab_size']}, the model has "
-                         f"{vocab_size}: re-run prepare_oscar.py or fix the config")
-    if meta["block_size"] % block_size:
-        raise SystemExit(f"train: block_size {block_size} must divide the dataset's block size "
-                         f"{meta['block_size']}: use --block_size={meta['block_size']} or re-run prepare_oscar.py")
-    data = [np.memmap(os.path.join(path, f"{s}.bin"), dtype=np.uint16, mode="r").reshape(-1, block_size)
-            for s in ("train", "val")]
-    if len(data[0]) < batch_size or len(data[1]) == 0:
-        raise SystemExit(f"train: {path} has {len(data[0])} train / {len(data[1])} val blocks of {block_size}: "
-                         f"prepare more data or use a batch_size <= {len(data[0])}")
-    return data[0], data[1], meta
-
-
-def save_checkpoint(obj, path):
-    """Write, flush to disk, then rename: a crash mid-write never leaves a truncated file under `path`."""
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def load_checkpoint(path):
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise SystemExit(f"train: no checkpoint at {path}: use --init_from=scratch to start a new run")
-    except Exception as e:
-        raise SystemExit(f"train: {path} is not a readable checkpoint ({type(e).__name__}); "
-                         f"use a snapshot from {os.path.dirname(path)}/snapshots/ or start a new out_dir")
-
-
-def compile_model(model, device_type):
-    if device_type == "cpu":  # dropout from ATen's RNG inside compiled graphs: ~7% faster steps on CPU
-        import torch._inductor.config
-
-        torch._inductor.config.fallback_random = True
-    return torch.compile(model)
-
-
-def gpu_peak_flops(name):
-    """Dense bf16 peak by GPU name (datasheet); MFU is reported against it."""
-    for key, flops in (("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12),
-                       ("L40S", 362e12), ("L40", 181e12), ("A10", 125e12)):
-        if key in name:
-            return flops
-    return 0.0
-
-
-if __name__ == "__main__":
-    from tqdm import tqdm
-
-    from configurator import configure
-
-    config = configure(globals())
-
-    # ---- processes and devices ----
-    ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun
-    if ddp:
-        import torch.distributed as dist
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-        if device.startswith("cuda"):
-            device = f"cuda:{local_rank}"
-        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-        flag_group = dist.new_group(backend="gloo")  # a CPU side channel: the stop flag costs no GPU sync
-        if gradient_accumulation_steps % world:
-            raise SystemExit(f"train: gradient_accumulation_steps ({gradient_accumulation_steps}) must be a "
-                             f"multiple of the number of processes ({world})")
+def _one_line_oom(kind, value, tb):  # anywhere below: too big a batch for the GPU is one line, not a traceback
+    if issubclass(kind, torch.OutOfMemoryError):
+        print(f"train: out of GPU memory at batch_size {batch_size}: lower it and raise gradient_accumulation_steps "
+              "(the global batch stays the same)", file=sys.stderr)
     else:
-        rank, world = 0, 1
-    master = rank == 0
-    accum = gradient_accumulation_steps // world  # micro-steps per process and optimizer step
-    device_type = device.split(":")[0]
-    if device_type not in ("cpu", "cuda", "mps") or (device_type == "cuda" and not torch.cuda.is_available()):
-        raise SystemExit(f"train: device {device!r} is not available here: use cpu, cuda[:N] (with a GPU) or mps")
+        sys.__excepthook__(kind, value, tb)
+
+
+sys.excepthook = _one_line_oom
+
+out_dir = os.path.abspath(out_dir)
+ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
+if init_from == "scratch" and os.path.exists(ckpt_path):  # the same finished run again (a re-run quick start)?
+    try:
+        old = load_checkpoint(ckpt_path, resume=True)
+    except SystemExit:  # not even readable: certainly not this run (refused below, nothing touched)
+        old = {"config": {}, "iter_num": -1}
+    same = lambda c: {k: v for k, v in c.items() if k not in ("init_from", "dtype", "device")}
+    if same(old["config"]) == same(config) and old["iter_num"] >= max_iters:
+        print(f"{out_dir} already holds this run, finished at step {old['iter_num']}: nothing to do. To train it "
+              "further: a higher --max_iters with --init_from=resume; a new run: another --out_dir")
+        sys.exit(0)
+
+# ---- processes and devices ----
+ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun
+if ddp:
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    if device.startswith("cuda"):
+        device = f"cuda:{local_rank}"
+    if gradient_accumulation_steps % world:
+        raise SystemExit(f"train: gradient_accumulation_steps ({gradient_accumulation_steps}) must be a multiple of "
+                         f"the number of processes ({world})")
+    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    flag_group = dist.new_group(backend="gloo")  # a CPU side channel: the stop flag costs no GPU sync
+else:
+    rank, world = 0, 1
+master = rank == 0
+accum = gradient_accumulation_steps // world  # micro-steps per process and optimizer step
+device_type = check_device(device)
+if device_type == "cuda":
+    torch.cuda.set_device(torch.device(device).index or 0)  # RNG states and device name are this GPU's
+config["dtype"] = dtype = resolve_dtype(dtype, device_type)  # from the device in use, never from what is installed
+ctx = autocast(device_type, dtype)
+torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+
+# ---- the state of a previous run, the model and its data ----
+ckpt = load_checkpoint(ckpt_path, resume=True) if init_from == "resume" else None
+if ckpt is not None:
+    model_args = ckpt["model_args"]  # the checkpoint decides the architecture; a contradiction is an error
+    clash = [f"{k} {config[k]!r} (checkpoint: {model_args.get(k)!r})" for k in MODEL_KEYS
+             if k in given and config[k] != model_args.get(k, BertConfig.__dataclass_fields__[k].default)]
+    if clash:
+        raise SystemExit(f"train: resuming {ckpt_path}, but the settings ask for another model: {', '.join(clash)}. "
+                         "Drop them to resume, or start a new out_dir")
+else:
+    try:
+        model_args = vars(BertConfig(**{k: config[k] for k in MODEL_KEYS}))
+    except ValueError as e:
+        raise SystemExit(f"train: {e}")
+block_size = model_args["block_size"]
+n_mask = round(mask_prob * block_size)
+if n_mask < 1:
+    raise SystemExit(f"train: mask_prob {mask_prob} x block_size {block_size} predicts no token: raise mask_prob")
+
+data_dir = dataset if os.sep in dataset else os.path.join("data", dataset)
+meta = read_json(os.path.join(data_dir, "meta.json"), "dataset metadata") if os.path.exists(
+    os.path.join(data_dir, "meta.json")) else None
+if meta is None:
+    raise SystemExit(f"train: no dataset in {data_dir}: make it with `python prepare_oscar.py --source=... "
+                     f"--out_dir={data_dir}` (the built-in corpus: `python prepare_oscar.py`)")
+try:  # every number the run relies on, checked against the model and the files before any compute
+    n_ordinary, mask_id, meta_block = min(meta["special"].values()), meta["special"]["mask"], meta["block_size"]
+    if meta["vocab_size"] != model_args["vocab_size"] or meta_block % block_size:
+        raise SystemExit(f"train: {data_dir} was made for vocab_size {meta['vocab_size']} and blocks of {meta_block}; "
+                         f"the model has vocab_size {model_args['vocab_size']} and block_size {block_size}, which must "
+                         "divide the dataset's block size")
+    data = {}
+    for split in ("train", "val"):
+        path, want = os.path.join(data_dir, f"{split}.bin"), meta[f"{split}_blocks"] * meta_block * 2
+        size = os.path.getsize(path) if os.path.exists(path) else None
+        if size != want or want == 0 or meta.get("dtype", "uint16") != "uint16":
+            raise SystemExit(f"train: {path} has {size if size is not None else 'no file:'} bytes, meta.json says "
+                             f"{want} ({meta[f'{split}_blocks']} blocks of {meta_block} uint16 tokens): the dataset "
+                             "is incomplete or corrupt; rebuild it with prepare_oscar.py ... --overwrite=True")
+        data[split] = np.memmap(path, dtype=np.uint16, mode="r").reshape(-1, block_size)
+except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+    raise SystemExit(f"train: {data_dir}/meta.json is incomplete ({type(e).__name__}: {e}); rebuild the dataset "
+                     "with prepare_oscar.py ... --overwrite=True")
+train_data, val_data = data["train"], data["val"]
+if len(train_data) < batch_size:
+    raise SystemExit(f"train: {data_dir} has {len(train_data)} train blocks of {block_size}: prepare more data or use "
+                     f"a batch_size <= {len(train_data)}")
+
+# ---- out_dir: held by this run; a new run never touches another run's files ----
+if master:
+    lock_dir(out_dir, f"train.py {' '.join(sys.argv[1:])}"[:200])
+    snapshots = os.path.join(out_dir, "snapshots")
+    found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
+    found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
+    if ckpt is None and found:
+        raise SystemExit(f"train: {out_dir} holds another run ({', '.join(found)}): continue it with "
+                         "--init_from=resume, or choose another out_dir (nothing is overwritten)")
+    os.makedirs(snapshots, exist_ok=True)
+
+torch.manual_seed(seed + rank)
+raw_model = Bert(BertConfig(**model_args)).to(device)
+optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type)
+scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
+iter_num = 0
+if ckpt is not None:
+    raw_model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    if scaler.is_enabled() and ckpt.get("scaler"):  # empty when the run was not fp16
+        scaler.load_state_dict(ckpt["scaler"])
+    iter_num = ckpt["iter_num"]
+    rng = ckpt["rng"][rank] if len(ckpt["rng"]) == world else None
+    if rng is not None:  # the exact RNG state of the interrupted run, for a bit-exact continuation
+        torch.set_rng_state(rng["cpu"])
+        if device_type == "cuda" and rng.get("cuda") is not None:
+            torch.cuda.set_rng_state(rng["cuda"])
+    changed = [f"{k} {ckpt['config'].get(k)!r} -> {config[k]!r}" for k in ("dataset", "batch_size",
+               "gradient_accumulation_steps", "max_iters", "learning_rate", "warmup_iters", "mask_prob", "seed",
+               "dtype") if ckpt["config"].get(k) != config[k]]
+    if master:
+        print(f"resuming {ckpt_path} at step {iter_num:,} of {max_iters:,}", flush=True)
+        if changed:
+            print(f"resuming with changed settings ({', '.join(changed)}): not an exact continuation", flush=True)
+        if rng is None:
+            print(f"resuming with {world} processes instead of {len(ckpt['rng'])}: dropout RNG re-seeded", flush=True)
+    del ckpt
+if master:
+    n_params = sum(p.numel() for p in raw_model.parameters())
+    print(f"{model_args['attention_type']} BERT, {n_params / 1e6:.2f}M parameters; {len(train_data):,} train / "
+          f"{len(val_data):,} val blocks of {block_size}; {world} process(es) x {accum} micro-steps x {batch_size} = "
+          f"{batch_size * gradient_accumulation_steps} sequences per step; {device}, {dtype}", flush=True)
+
+# ---- data: a fresh permutation of the train blocks each epoch, indexed by global micro-batch ----
+perm_cache = {}
+
+
+def get_batch(it, micro):
+    """Micro-batch `micro` (0..accum-1) of this process at step `it`: global micro-batch
+    m = it * gradient_accumulation_steps + micro * world + rank, masked from (seed, m)."""
+    m = it * gradient_accumulation_steps + micro * world + rank
+    epochs, offsets = np.divmod(np.arange(m * batch_size, (m + 1) * batch_size), len(train_data))
+    for e in np.unique(epochs):
+        if e not in perm_cache:
+            if len(perm_cache) >= 2:  # a batch spans at most two epochs
+                perm_cache.pop(min(perm_cache))
+            perm_cache[e] = np.random.default_rng([seed, e]).permutation(len(train_data))
+    idx = np.sort([perm_cache[e][o] for e, o in zip(epochs, offsets)])  # sorted: sequential memmap reads
+    x = torch.from_numpy(train_data[idx].astype(np.int64))
+    batch = mask_tokens(x, mask_prob, n_ordinary, mask_id, torch.Generator().manual_seed(seed * 1_000_003 + m))
     if device_type == "cuda":
-        torch.cuda.set_device(torch.device(device).index or 0)  # RNG states and device name are this GPU's
-    if min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, max_iters) < 1:
-        raise SystemExit("train: batch_size, gradient_accumulation_steps, eval_interval, eval_iters, "
-                         "log_interval and max_iters must be at least 1")
-    if dtype not in ("float32", "bfloat16", "float16"):
-        raise SystemExit(f"train: dtype must be float32, bfloat16 or float16, got {dtype!r}")
-    ptdtype = getattr(torch, dtype)
-    autocast = nullcontext() if dtype == "float32" else torch.autocast(device_type, dtype=ptdtype)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    out_dir = os.path.abspath(out_dir)
-    ckpt_path = os.path.join(out_dir, "ckpt.pt")
-    log_path = os.path.join(out_dir, "log.jsonl")
+        return [t.pin_memory().to(device, non_blocking=True) for t in batch]
+    return [t.to(device) for t in batch]
 
-    # ---- model, optimizer, and the state of a previous run ----
-    ckpt = None
-    if init_from == "resume":
-        ckpt = load_checkpoint(ckpt_path)
-        model_args = ckpt["model_args"]  # the checkpoint decides the architecture
-    elif init_from == "scratch":
-        if os.path.exists(ckpt_path):
-            raise SystemExit(f"train: {ckpt_path} exists: continue it with --init_from=resume, "
-                             "or choose another out_dir (nothing is overwritten)")
-        model_args = dict(n_layer=n_layer, n_head=n_head, n_embd=n_embd, n_inner=n_inner, block_size=block_size,
-                          dropout=dropout, attention_type=attention_type, hybrid_pattern=hybrid_pattern,
-                          sub_ln=sub_ln)
+
+# the eval set: the first eval_iters * batch_size val blocks (at most), masked once with a fixed seed, so eval
+# losses are comparable across steps, runs, seeds and operators; each process takes every world-th batch
+g = torch.Generator().manual_seed(0)
+eval_batches = [mask_tokens(torch.from_numpy(val_data[i:i + batch_size].astype(np.int64)), mask_prob, n_ordinary,
+                            mask_id, g) for i in range(0, min(eval_iters * batch_size, len(val_data)), batch_size)]
+
+
+@torch.no_grad()
+def evaluate():
+    """Eval loss and MLM accuracy over the eval set, and the plateau diagnostics of its first batch."""
+    raw_model.eval()
+    stats = torch.zeros(3, device=device, dtype=torch.float32 if device_type == "mps" else torch.float64)
+    for x, y, pos in eval_batches[rank::world]:
+        x, y, pos = x.to(device), y.to(device), pos.to(device)
+        with ctx:
+            logits, loss = eval_model(x, y, pos)
+        t = y.view(-1)[pos]
+        n = (t != -100).sum()
+        correct = ((logits.argmax(-1) == t) & (t != -100)).sum()
+        stats += torch.stack([loss.float() * n, correct.float(), n.float()]).to(stats.dtype)
+    if ddp:
+        dist.all_reduce(stats)
+    diag = diagnostics(raw_model.encoder, eval_batches[0][0].to(device))  # one batch, eager, float32
+    raw_model.train()
+    return (stats[0] / stats[2]).item(), (stats[1] / stats[2]).item(), diag
+
+
+# ---- compile (lazily, at the first step; falls back to eager if the compiler fails) and DDP ----
+model = raw_model
+if compile:
+    import torch._dynamo
+
+    torch._dynamo.config.suppress_errors = True  # a compiler that fails: a warning, then eager
+    model = compile_model(raw_model, device_type)
+eval_model = model  # without DDP's wrapper: no gradient sync to set up
+if ddp:
+    model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
+
+# ---- records: a JSON-lines log (kept up to the resumed step) and optional wandb ----
+if master:
+    kept = []
+    if init_from == "resume" and os.path.exists(log_path):
+        with open(log_path) as f:
+            for line in f:
+                try:
+                    if json.loads(line)["step"] <= iter_num:
+                        kept.append(line)
+                except (ValueError, KeyError, TypeError):  # e.g. a line half-written when the run was killed
+                    pass
+        atomic_write(log_path, lambda f: f.writelines(kept), mode="w")
+    logf = open(log_path, "a")
+    if wandb_log:
         try:
-            model_args = asdict(BertConfig(**model_args))
-        except ValueError as e:
-            raise SystemExit(f"train: {e}")
-    else:
-        raise SystemExit(f"train: init_from must be 'scratch' or 'resume', got {init_from!r}")
-    block_size = model_args["block_size"]
-    train_data, val_data, meta = load_dataset(
-        dataset if os.sep in dataset else os.path.join("data", dataset), model_args["vocab_size"], block_size)
-    n_ordinary, mask_id = min(meta["special"].values()), meta["special"]["mask"]
-    n_pred = batch_size * round(mask_prob * block_size)  # static number of head positions per micro-batch
+            import wandb
+        except ImportError:
+            raise SystemExit("train: wandb_log=True but wandb is not installed: pip install wandb")
+        wandb.init(project=wandb_project, name=os.path.basename(out_dir), config=config)
 
-    torch.manual_seed(seed + rank)
-    model = Bert(BertConfig(**model_args)).to(device)
-    optimizer = model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type)
-    scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
-    iter_num = 0
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        if scaler.is_enabled() and ckpt["scaler"]:  # empty when the run was not fp16
-            scaler.load_state_dict(ckpt["scaler"])
-        iter_num = ckpt["iter_num"]
-        changed = [f"{k} {ckpt['config'].get(k)!r} -> {config[k]!r}" for k in ("dataset", "batch_size",
-                   "gradient_accumulation_steps", "max_iters", "learning_rate", "warmup_iters", "mask_prob", "seed",
-                   "dtype") if ckpt["config"].get(k) != config[k]]
-        if changed and master:
-            print(f"resuming with changed settings ({', '.join(changed)}): not an exact continuation")
-    raw_model = model
-    if master:
-        n_params = sum(p.numel() for p in model.parameters())
-        print(f"{model_args['attention_type']} BERT, {n_params / 1e6:.2f}M parameters; {len(train_data):,} train / "
-              f"{len(val_data):,} val blocks of {block_size}; {world} process(es) x {accum} micro-steps x "
-              f"{batch_size} = {batch_size * gradient_accumulation_steps} sequences per step")
 
-    # ---- data: a fresh permutation of the train blocks each epoch, indexed by global micro-batch ----
-    perm_cache = {}
+def log(record):
+    logf.write(json.dumps(record) + "\n")
+    logf.flush()
+    if wandb_log:
+        wandb.log(record, step=record["step"])
 
-    def get_batch(it, micro):  # (needs batch_size <= len(train_data), checked in load_dataset)
-        """Micro-batch `micro` (0..accum-1) of this process at step `it`: global micro-batch
-        m = it * gradient_accumulation_steps + micro * world + rank, masked from (seed, m)."""
-        m = it * gradient_accumulation_steps + micro * world + rank
-        rows = np.arange(m * batch_size, (m + 1) * batch_size)
-        epochs, offsets = np.divmod(rows, len(train_data))
-        for e in np.unique(epochs):
-            if e not in perm_cache:
-                if len(perm_cache) >= 2:  # a batch spans at most two epochs
-                    perm_cache.pop(min(perm_cache))
-                perm_cache[e] = np.random.default_rng([seed, e]).permutation(len(train_data))
-        idx = np.sort([perm_cache[e][o] for e, o in zip(epochs, offsets)])  # sorted: sequential memmap reads
-        x = torch.from_numpy(train_data[idx].astype(np.int64))
-        xm, y = mask_tokens(x, mask_prob, n_ordinary, mask_id, torch.Generator().manual_seed(seed * 1_000_003 + m))
-        if device_type == "cuda":
-            return xm.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-        return xm.to(device), y.to(device)
 
-    # the eval set: the first eval_iters * batch_size val blocks, masked once with a fixed seed, so eval
-    # losses are comparable across steps, runs, seeds and operators; each process takes every world-th batch
-    n_eval = min(eval_iters * batch_size, len(val_data)) // batch_size * batch_size
-    n_eval = n_eval or len(val_data)  # fewer val blocks than one batch: a single smaller batch
-    eval_x = torch.from_numpy(val_data[:n_eval].astype(np.int64))
-    eval_x, eval_y = mask_tokens(eval_x, mask_prob, n_ordinary, mask_id, torch.Generator().manual_seed(0))
-    eval_batches = [(eval_x[i:i + batch_size], eval_y[i:i + batch_size]) for i in range(0, n_eval, batch_size)]
+last_good = ckpt_path if init_from == "resume" else None
 
-    @torch.no_grad()
-    def evaluate():
-        raw_model.eval()
-        stats = torch.zeros(3, device=device, dtype=torch.float64)  # loss sum, correct, predicted count
-        for x, y in eval_batches[rank::world]:
-            x, y = x.to(device), y.to(device)
-            with autocast:
-                # the compiled model without DDP's wrapper: no gradient sync to set up
-                logits, loss = eval_model(x, y, n_pred=x.size(0) * round(mask_prob * block_size))
-            t = y[y != -100]  # the head's rows come in this order, then padding rows (see Bert.forward)
-            n = t.numel()
-            stats += torch.tensor([loss.item() * n, (logits[:n].argmax(-1) == t).sum().item(), n],
-                                  device=device, dtype=torch.float64)
+
+def stop(reason):
+    raise SystemExit(f"train: {reason} at step {iter_num}; nothing was saved. Last good checkpoint: "
+                     f"{last_good or 'none'}. Try a lower learning_rate or dtype=bfloat16")
+
+
+def checkpoint(path, full=True):
+    """Saves the model (and with full, everything needed to continue to the bit); never a non-finite one."""
+    if not all_finite(raw_model.parameters()):
+        stop("the weights are not finite (NaN/inf)")
+    state = {"model": raw_model.state_dict(), "model_args": model_args, "iter_num": iter_num, "config": config}
+    if full:
+        rng = {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
+        rngs = [rng]
         if ddp:
-            dist.all_reduce(stats)
-        raw_model.train()
-        return (stats[0] / stats[2]).item(), (stats[1] / stats[2]).item()
-
-    # ---- compile (falls back to eager with one line if the compiler is missing or fails) ----
-    if compile:
-        compiled = compile_model(model, device_type)
-        try:  # compiling is lazy: run one throw-away micro-step now so a failure shows here
-            x, y = get_batch(iter_num, 0)
-            with autocast:
-                compiled(x, y, n_pred=n_pred)[1].backward()
-            model = compiled
-        except torch.OutOfMemoryError:
-            raise SystemExit(f"train: out of GPU memory at batch_size {batch_size}: lower it and raise "
-                             "gradient_accumulation_steps (the global batch stays the same)")
-        except Exception as e:
-            if master:
-                print(f"torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); running eagerly")
-        raw_model.zero_grad(set_to_none=True)
-    eval_model = model
-    if ddp:
-        model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
-    torch.manual_seed(seed + rank)  # dropout stream independent of the compile trial above
-    if ckpt is not None:  # the exact RNG state of the interrupted run, for a bit-exact continuation
-        rng = ckpt["rng"][rank] if len(ckpt["rng"]) == world else None
-        if rng is not None:
-            torch.set_rng_state(rng["cpu"])
-            if device_type == "cuda" and rng.get("cuda") is not None:
-                torch.cuda.set_rng_state(rng["cuda"])
-        elif master:
-            print(f"resuming with {world} processes instead of {len(ckpt['rng'])}: dropout RNG re-seeded")
-        del ckpt
-
-    # ---- records: a JSON-lines log (kept up to the resumed step) and optional wandb ----
+            rngs = [None] * world
+            dist.all_gather_object(rngs, rng)
+        state.update(optimizer=optimizer.state_dict(), scaler=scaler.state_dict(), rng=rngs)
     if master:
-        os.makedirs(os.path.join(out_dir, "snapshots"), exist_ok=True)
-        kept = []
-        if init_from == "resume" and os.path.exists(log_path):
-            with open(log_path) as f:
-                for line in f:
-                    try:
-                        if json.loads(line)["step"] <= iter_num:
-                            kept.append(line)
-                    except (ValueError, KeyError):  # e.g. a line half-written when the run was killed
-                        pass
-        with open(log_path + ".tmp", "w") as f:
-            f.writelines(kept)
-        os.replace(log_path + ".tmp", log_path)
-        logf = open(log_path, "a")
-        if wandb_log:
-            try:
-                import wandb
-            except ImportError:
-                raise SystemExit("train: wandb_log=True but wandb is not installed: pip install wandb")
-            wandb.init(project=wandb_project, name=os.path.basename(out_dir), config=config)
+        save_checkpoint(state, path)
 
-    def log(record):
-        logf.write(json.dumps(record) + "\n")
-        logf.flush()
-        if wandb_log:
-            wandb.log(record, step=record["step"])
 
-    def checkpoint(path, full=True):
-        state = {"model": raw_model.state_dict(), "model_args": model_args, "iter_num": iter_num, "config": config}
-        if full:  # everything needed to continue to the bit
-            rng = {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
-            rngs = [rng]
-            if ddp:
-                rngs = [None] * world
-                dist.all_gather_object(rngs, rng)
-            state.update(optimizer=optimizer.state_dict(), scaler=scaler.state_dict(), rng=rngs)
+stop_signal = []  # from here on a signal finishes the step, saves and exits with 128 + its number
+for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
+
+# ---- the training loop ----
+peak = peak_flops or (gpu_peak_flops(torch.cuda.get_device_name()) if device_type == "cuda" else 0.0)
+tokens_per_step = batch_size * block_size * gradient_accumulation_steps
+bar = tqdm(total=max_iters, initial=iter_num, disable=not (master and sys.stderr.isatty()), dynamic_ncols=True)
+say = bar.write if not bar.disable else lambda s: print(s, flush=True)  # live bar on a terminal; lines in a log file
+if master and compile:
+    say("compiling the model (torch.compile): the first step takes a while")
+x, y, pos = get_batch(iter_num, 0)
+start_iter, stopping, eval_loss, eval_acc = iter_num, 0, None, None
+t0, t0_iter = time.time(), iter_num
+while True:
+    if iter_num % eval_interval == 0 or iter_num == max_iters:
+        if iter_num != start_iter or init_from == "scratch":  # a resumed step was evaluated already
+            eval_loss, eval_acc, diag = evaluate()
+            if not math.isfinite(eval_loss):
+                stop(f"eval loss is {eval_loss}")
+            if master:
+                log({"type": "eval", "step": iter_num, "loss": eval_loss, "accuracy": eval_acc, **diag})
+                say(f"step {iter_num}: eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}, attention entropy "
+                    f"{' '.join(f'{e:.2f}' for e in diag['attn_entropy'])}, collapse {diag['collapse']:.2f}")
+            if iter_num > 0:
+                checkpoint(ckpt_path)
+                last_good = ckpt_path
+        t0, t0_iter = time.time(), iter_num  # throughput excludes evaluation
+    if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0:
+        checkpoint(os.path.join(out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt"), full=False)
+    if stopping:
+        checkpoint(ckpt_path)
         if master:
-            save_checkpoint(state, path)
+            say(f"stopped by signal {stopping} at step {iter_num}; saved {ckpt_path} (continue with --init_from=resume)")
+        break
+    if iter_num >= max_iters:
+        break
 
-    stop_signal = []
-    for sig in (signal.SIGTERM, signal.SIGINT):  # pre-emption: finish the step, save, exit
-        signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
+    lr = linear_schedule(iter_num, learning_rate, warmup_iters, max_iters)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    train_loss = torch.zeros((), device=device)
+    for micro in range(accum):
+        if ddp:  # sync gradients only on the last micro-step
+            model.require_backward_grad_sync = micro == accum - 1
+        with ctx:
+            loss = model(x, y, pos)[1] / accum
+        x, y, pos = get_batch(iter_num, micro + 1) if micro + 1 < accum else get_batch(iter_num + 1, 0)  # prefetch
+        scaler.scale(loss).backward()
+        train_loss += loss.detach()
+    optimizer_step(optimizer, scaler, raw_model.parameters(), grad_clip)
+    iter_num += 1
+    bar.update(1)
 
-    # ---- the training loop ----
-    peak = peak_flops or (gpu_peak_flops(torch.cuda.get_device_name()) if device_type == "cuda" else 0.0)
-    tokens_per_step = batch_size * block_size * gradient_accumulation_steps
-    # a live bar on a terminal; plain lines in a batch job's log file
-    bar = tqdm(total=max_iters, initial=iter_num, disable=not (master and sys.stderr.isatty()), dynamic_ncols=True)
-    say = bar.write if not bar.disable else print
-    x, y = get_batch(iter_num, 0)
-    start_iter, stopping = iter_num, False
-    last_good = ckpt_path if init_from == "resume" else None
-    t0, t0_iter = time.time(), iter_num
+    if ddp:  # stop together as soon as any process was signalled (on CPU: no GPU sync)
+        flag = torch.tensor([max(stop_signal, default=0)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=flag_group)
+        stopping = int(flag.item())
+    else:
+        stopping = max(stop_signal, default=0)
+    if iter_num % log_interval == 0:  # the only host syncs of a step happen here
+        if ddp:  # the mean loss over all processes
+            dist.all_reduce(train_loss)
+            train_loss /= world
+        train_loss = train_loss.item()
+        if not scaler.is_enabled() and not math.isfinite(train_loss):
+            stop(f"the training loss is {train_loss}")
+        if scaler.is_enabled() and scaler.get_scale() < 2 ** -6:  # fp16: every step overflows and is skipped
+            stop(f"the fp16 loss scale collapsed to {scaler.get_scale():.2g} (the run diverged)")
+        tok_s = tokens_per_step * (iter_num - t0_iter) / (time.time() - t0)
+        t0, t0_iter = time.time(), iter_num
+        record = {"type": "train", "step": iter_num, "loss": train_loss, "lr": lr, "tokens_per_s": tok_s}
+        if peak:  # per GPU: the tokens of one process against one GPU's peak
+            record["mfu"] = raw_model.estimate_mfu(tok_s / world, block_size, n_mask / block_size, peak)
+        if master:
+            log(record)
+            stats = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("type", "step"))
+            if bar.disable:
+                print(f"step {iter_num}: {stats}", flush=True)
+            else:
+                bar.set_postfix_str(stats)
 
-    def check_finite(what, value):
-        if not math.isfinite(value):
-            raise SystemExit(f"train: {what} is {value} at step {iter_num}; last good checkpoint: "
-                             f"{last_good or 'none'}. Try a lower learning_rate or dtype=bfloat16")
-
-    while True:
-        if iter_num % eval_interval == 0 or iter_num == max_iters:
-            if iter_num != start_iter or init_from == "scratch":  # a resumed step was evaluated already
-                eval_loss, eval_acc = evaluate()
-                check_finite("eval loss", eval_loss)
-                if master:
-                    log({"type": "eval", "step": iter_num, "loss": eval_loss, "accuracy": eval_acc})
-                    say(f"step {iter_num}: eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}")
-                if iter_num > 0:
-                    checkpoint(ckpt_path)
-                    last_good = ckpt_path
-            t0, t0_iter = time.time(), iter_num  # throughput excludes evaluation
-        if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0:
-            checkpoint(os.path.join(out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt"), full=False)
-        if stopping:
-            checkpoint(ckpt_path)
-            if master:
-                say(f"stopped by signal at step {iter_num}; saved {ckpt_path} (continue with --init_from=resume)")
-        if iter_num >= max_iters or stopping:
-            break
-
-        lr = get_lr(iter_num)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        train_loss = torch.zeros((), device=device)
-        for micro in range(accum):
-            if ddp:  # sync gradients only on the last micro-step
-                model.require_backward_grad_sync = micro == accum - 1
-            with autocast:
-                _, loss = model(x, y, n_pred=n_pred)
-                loss = loss / accum
-            x, y = get_batch(iter_num, micro + 1) if micro + 1 < accum else get_batch(iter_num + 1, 0)  # prefetch
-            scaler.scale(loss).backward()
-            train_loss += loss.detach()
-        optimizer_step(optimizer, scaler, raw_model.parameters(), grad_clip)
-        iter_num += 1
-        bar.update(1)
-
-        if ddp:  # stop together as soon as any process was signalled (on CPU: no GPU sync)
-            flag = torch.tensor([len(stop_signal)])
-            dist.all_reduce(flag, group=flag_group)
-            stopping = flag.item() > 0
-        else:
-            stopping = bool(stop_signal)
-        if iter_num % log_interval == 0:  # the only host syncs of a step happen here
-            if ddp:  # the mean loss over all processes
-                dist.all_reduce(train_loss)
-                train_loss /= world
-            train_loss = train_loss.item()
-            if not scaler.is_enabled():  # with fp16 the scaler skips overflowed steps: not fatal
-                check_finite("loss", train_loss)
-            tok_s = tokens_per_step * (iter_num - t0_iter) / (time.time() - t0)
-            t0, t0_iter = time.time(), iter_num
-            record = {"type": "train", "step": iter_num, "loss": train_loss, "lr": lr, "tokens_per_s": tok_s}
-            if peak:  # per GPU: the tokens of one process against one GPU's peak
-                record["mfu"] = raw_model.estimate_mfu(tok_s / world, block_size, n_pred / (batch_size * block_size),
-                                                       peak)
-            if master:
-                log(record)
-                stats = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("type", "step"))
-                if bar.disable:
-                    print(f"step {iter_num}: {stats}", flush=True)
-                else:
-                    bar.set_postfix_str(stats)
-
-    bar.close()
-    if ddp:
-        dist.destroy_process_group()
+bar.close()
+if ddp:
+    dist.destroy_process_group()
+if stopping:
+    sys.exit(128 + stopping)  # a scheduler can tell a pre-empted run from a finished one
+if master:
+    rel = os.path.relpath(out_dir)
+    n_snap = len(os.listdir(os.path.join(out_dir, "snapshots")))
+    print(f"done: step {iter_num}" + (f", eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}" if eval_loss else "")
+          + f". In {rel}/: ckpt.pt (the full state), log.jsonl (the curves), snapshots/ ({n_snap} model-only)."
+          f"\nnext: python sample.py --init_from={rel}/ckpt.pt --text='The [MASK] sat on the mat.'"
+          f"\n      python finetune_glue.py --init_from={rel}/ckpt.pt --data_dir=<GLUE folder> --tasks=sst2,stsb"
+          f"\n      python plot.py --runs={rel}    |    python export_hf.py --init_from={rel}/ckpt.pt --out_dir=hf/"
+          f"{os.path.basename(out_dir)}\n      to train further: a higher --max_iters with --init_from=resume")

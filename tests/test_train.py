@@ -9,22 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-import train
+import common
 from model import Bert, BertConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--n_inner=64", "--block_size=64", "--batch_size=8",
         "--gradient_accumulation_steps=2", "--warmup_iters=5", "--learning_rate=1e-2", "--eval_iters=4",
         "--log_interval=1", "--compile=False", "--checkpoint_interval=0"]
-
-
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory):
-    """The built-in corpus, as the quick start makes it (a few hundred documents are plenty here)."""
-    out = tmp_path_factory.mktemp("data") / "builtin"
-    subprocess.run([sys.executable, "prepare_oscar.py", f"--out_dir={out}", "--max_docs=300", "--val_docs=30",
-                    "--num_proc=1"], cwd=ROOT, check=True, capture_output=True)
-    return str(out)
 
 
 def run_train(*args, check=True):
@@ -41,15 +32,14 @@ def read_log(out_dir, kind):
 
 
 # ---- schedule, masking, checkpoint files (no training) ---------------------------------------------
-def test_lr_schedule_key_points(monkeypatch):
-    monkeypatch.setattr(train, "learning_rate", 1e-4)
-    monkeypatch.setattr(train, "warmup_iters", 10_000)
-    monkeypatch.setattr(train, "max_iters", 200_000)
-    assert train.get_lr(0) == 0.0
-    assert train.get_lr(5_000) == pytest.approx(5e-5)
-    assert train.get_lr(10_000) == pytest.approx(1e-4)  # the peak, at the end of warm-up
-    assert train.get_lr(105_000) == pytest.approx(5e-5)  # half way down the linear decay
-    assert train.get_lr(200_000) == 0.0 and train.get_lr(250_000) == 0.0
+def test_lr_schedule_key_points():
+    lr = lambda it: common.linear_schedule(it, 1e-4, 10_000, 200_000)
+    assert lr(0) == 0.0
+    assert lr(5_000) == pytest.approx(5e-5)
+    assert lr(10_000) == pytest.approx(1e-4)  # the peak, at the end of warm-up
+    assert lr(105_000) == pytest.approx(5e-5)  # half way down the linear decay
+    assert lr(200_000) == 0.0 and lr(250_000) == 0.0
+    assert common.linear_schedule(3, 1e-5, 0, 10) == pytest.approx(7e-6)  # no warm-up: decay from the start
 
 
 def test_masking_statistics_and_reproducibility():
@@ -57,8 +47,10 @@ def test_masking_statistics_and_reproducibility():
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, n_ordinary, (512, 128), generator=g)
     x[:, 0], x[:, 60], x[:, -5:] = 1001, 1002, 1000  # [CLS], [SEP], trailing [PAD]
-    inputs, targets = train.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(1))
+    inputs, targets, pos = common.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(1))
     sel = targets != -100
+    assert pos.shape == (512 * round(0.15 * 128),)  # a static count: the head's rows
+    assert torch.equal(torch.sort(pos).values, sel.view(-1).nonzero().squeeze(1))  # exactly the selected positions
     eligible = x < n_ordinary
     assert not sel[~eligible].any()  # special tokens and padding are never selected
     assert torch.equal(targets[sel], x[sel])
@@ -73,8 +65,8 @@ def test_masking_statistics_and_reproducibility():
     assert abs(kept.sum().item() / n - 0.1) < 0.011  # includes random draws that hit the same token
     assert (inputs[randomised] < n_ordinary).all()
     assert torch.equal(inputs[~sel], x[~sel])  # unselected positions are untouched
-    again = train.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(1))
-    other = train.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(2))
+    again = common.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(1))
+    other = common.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(2))
     assert torch.equal(again[0], inputs) and torch.equal(again[1], targets)
     assert not torch.equal(other[1], targets)
 
@@ -82,25 +74,60 @@ def test_masking_statistics_and_reproducibility():
 def test_masking_short_rows_select_only_real_tokens():
     x = torch.full((2, 40), 1000)  # mostly padding: fewer eligible tokens than the per-row count
     x[:, :3] = torch.tensor([5, 6, 7])
-    _, targets = train.mask_tokens(x, 0.15, 1000, 1003, torch.Generator().manual_seed(0))
+    _, targets, pos = common.mask_tokens(x, 0.15, 1000, 1003, torch.Generator().manual_seed(0))
     assert ((targets != -100).sum(1) == 3).all()
+    assert pos.numel() == 2 * 6 and (targets.view(-1)[pos] != -100).sum() == 6  # 3 padding rows per sequence
 
 
-def test_checkpoint_survives_crash_mid_write(tmp_path):
+def test_atomic_write_survives_crash_and_full_disk(tmp_path):
     path = str(tmp_path / "ckpt.pt")
-    train.save_checkpoint({"iter_num": 1, "w": torch.ones(3)}, path)
+    common.save_checkpoint({"iter_num": 1, "w": torch.ones(3)}, path)
 
     class Boom:
         def __reduce__(self):
             raise RuntimeError("simulated crash while writing")
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        train.save_checkpoint({"iter_num": 2, "w": torch.zeros(1000), "x": Boom()}, path)
-    assert train.load_checkpoint(path)["iter_num"] == 1  # the previous checkpoint is intact
+        common.save_checkpoint({"iter_num": 2, "w": torch.zeros(1000), "x": Boom()}, path)
+
+    def full_disk(f):
+        f.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(SystemExit, match=r"cannot write .*ckpt.pt: No space left on device; it is unchanged"):
+        common.atomic_write(path, full_disk)
+    assert torch.load(path, weights_only=True)["iter_num"] == 1  # the previous checkpoint is intact
     assert os.listdir(tmp_path) == ["ckpt.pt"]  # and no temporary file is left behind
-    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(SystemExit, match="not a readable checkpoint"):
-        train.load_checkpoint(str(tmp_path / "bad.pt"))
+
+
+def test_checkpoint_loader_checks(tmp_path):
+    model = Bert(BertConfig(n_layer=1, n_head=2, n_embd=8, n_inner=16, vocab_size=11, block_size=8))
+    good = {"model": model.state_dict(), "model_args": vars(model.config), "iter_num": 5}
+    cases = {"garbage.pt": b"not a checkpoint", "other.pt": {"weights": 1}, "snapshot.pt": good,
+             "nan.pt": {**good, "model": {**good["model"], "head_bias": torch.full((11,), float("nan"))}},
+             "wrong.pt": {**good, "model_args": {**good["model_args"], "n_embd": 16, "n_inner": 16}}}
+    for name, obj in cases.items():
+        if isinstance(obj, bytes):
+            (tmp_path / name).write_bytes(obj)
+        else:
+            torch.save(obj, tmp_path / name)
+    for name, msg in (("garbage.pt", "not a readable checkpoint"), ("other.pt", "not a train.py checkpoint"),
+                      ("nan.pt", "non-finite"), ("wrong.pt", "do not fit its model_args"), ("missing.pt", "no checkpoint")):
+        with pytest.raises(SystemExit, match=msg):
+            common.load_checkpoint(str(tmp_path / name))
+    assert common.load_checkpoint(str(tmp_path / "snapshot.pt"))["iter_num"] == 5  # fine to fine-tune or export
+    with pytest.raises(SystemExit, match="model-only snapshot: it cannot be resumed"):
+        common.load_checkpoint(str(tmp_path / "snapshot.pt"), resume=True)
+
+
+def test_dtype_follows_the_device(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    assert common.resolve_dtype("auto", "cpu") == "float32" and common.resolve_dtype("auto", "mps") == "float32"
+    assert common.resolve_dtype("auto", "cuda") == "float16"
+    assert common.resolve_dtype("bfloat16", "cpu") == "bfloat16"  # what the user asked for stands
+    with pytest.raises(SystemExit, match="dtype must be"):
+        common.resolve_dtype("fp8", "cuda")
 
 
 # ---- end to end, on the built-in corpus ---------------------------------------------------------------
@@ -138,7 +165,7 @@ def test_exact_resume_after_sigterm(data_dir, tmp_path):
             break
         time.sleep(0.05)
     out_text, err = p.communicate(timeout=120)
-    assert p.returncode == 0, err[-2000:]
+    assert p.returncode == 128 + signal.SIGTERM, err[-2000:]  # saved, then told the scheduler it was stopped
     stopped_at = torch.load(os.path.join(part, "ckpt.pt"), weights_only=True)["iter_num"]
     assert 3 <= stopped_at < 24, "the run was not interrupted"
     assert "stopped by signal" in out_text
@@ -178,13 +205,129 @@ def test_bad_input_messages(data_dir, tmp_path):
     out.mkdir()
     (out / "ckpt.pt").write_bytes(b"precious")
     p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", check=False)
-    assert "exists: continue it with --init_from=resume" in p.stderr
+    assert "holds another run (ckpt.pt): continue it with --init_from=resume" in p.stderr
     assert (out / "ckpt.pt").read_bytes() == b"precious"  # untouched
     p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", check=False)
     assert "is not a readable checkpoint" in p.stderr and "Traceback" not in p.stderr
     p = run_train(*TINY, "--attention_type=asym", f"--dataset={data_dir}", f"--out_dir={tmp_path}/y", check=False)
     assert "attention_type must be one of" in p.stderr
-    for bad, msg in [("--eval_interval=0", "must be at least 1"), ("--device=gpu", "is not available here"),
+    for bad, msg in [("--eval_interval=0", "max_iters must be >= 1"), ("--device=gpu", "is not available here"),
                      ("--batch_size=100000", "prepare more data or use a batch_size <=")]:
         p = run_train(*TINY, bad, f"--dataset={data_dir}", f"--out_dir={tmp_path}/z", check=False)
         assert msg in p.stderr and "Traceback" not in p.stderr, (bad, p.stderr[-500:])
+
+
+
+# ---- no run or result is ever lost or silently wrong -------------------------------------------------------
+def one_line_error(p, msg):
+    assert p.returncode == 1, (p.returncode, p.stderr[-2000:])
+    assert msg in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
+
+
+def test_a_diverged_model_is_never_saved(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=4", "--eval_interval=2")
+    good = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
+    # diverge at once (lr 1e30), with no loss check before the next snapshot
+    p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--learning_rate=1e30",
+                  "--warmup_iters=0", "--max_iters=20", "--eval_interval=100", "--log_interval=100",
+                  "--checkpoint_interval=6", check=False)
+    one_line_error(p, f"the weights are not finite (NaN/inf) at step 6; nothing was saved. Last good checkpoint: {out}")
+    kept = common.load_checkpoint(os.path.join(out, "ckpt.pt"), resume=True)  # finite, unchanged
+    assert kept["iter_num"] == 4 and all(torch.equal(kept["model"][k], v) for k, v in good["model"].items())
+    assert os.listdir(os.path.join(out, "snapshots")) == []
+
+
+def test_fp16_loss_scale_collapse_stops_the_run(data_dir, tmp_path):
+    p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={tmp_path}/fp16", "--dtype=float16", "--warmup_iters=0",
+                  "--learning_rate=1e30", "--max_iters=60", "--eval_interval=100", "--gradient_accumulation_steps=1",
+                  check=False)
+    one_line_error(p, "the fp16 loss scale collapsed to")
+
+
+def test_another_runs_files_are_never_touched(data_dir, tmp_path):
+    out = tmp_path / "run"
+    (out / "snapshots").mkdir(parents=True)
+    (out / "log.jsonl").write_text('{"type": "eval", "step": 100, "loss": 3.0}\n')
+    (out / "snapshots" / "ckpt_0000100.pt").write_bytes(b"weights")
+    p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", check=False)
+    one_line_error(p, "holds another run (log.jsonl, snapshots/): continue it with --init_from=resume")
+    assert (out / "log.jsonl").read_text().startswith('{"type": "eval", "step": 100')
+    assert (out / "snapshots" / "ckpt_0000100.pt").read_bytes() == b"weights"
+    (tmp_path / "file").write_text("x")
+    one_line_error(run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={tmp_path}/file/run", check=False),
+                   "cannot use")  # an out_dir under a regular file
+
+
+def test_one_run_per_out_dir(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    holder = subprocess.Popen([sys.executable, "-c", f"import common, time; common.lock_dir({out!r}, 'train.py "
+                               "config/x.py'); print('held', flush=True); time.sleep(60)"], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2", check=False)
+        one_line_error(p, f"{out} is in use by train.py config/x.py (pid {holder.pid} on ")
+    finally:
+        holder.kill()
+        holder.wait()
+    run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2")  # the dead holder's lock is free
+
+
+def test_dataset_files_are_checked_before_any_compute(data_dir, tmp_path):
+    import shutil
+    cases = {"short": lambda d: open(d / "train.bin", "r+b").truncate(os.path.getsize(d / "train.bin") - 2),
+             "no_val": lambda d: os.remove(d / "val.bin"),
+             "bad_meta": lambda d: (d / "meta.json").write_text("{not json"),
+             "keys": lambda d: (d / "meta.json").write_text('{"vocab_size": 50304}')}
+    for name, damage in cases.items():
+        d = tmp_path / name
+        shutil.copytree(data_dir, d)
+        damage(d)
+        p = run_train(*TINY, f"--dataset={d}", f"--out_dir={tmp_path}/out_{name}", check=False)
+        one_line_error(p, {"short": "the dataset is incomplete or corrupt", "no_val": "val.bin has no file",
+                           "bad_meta": "cannot read dataset metadata", "keys": "meta.json is incomplete"}[name])
+        assert not os.path.exists(f"{tmp_path}/out_{name}"), name  # refused before anything was written
+
+
+def test_resume_refuses_another_architecture(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2", "--eval_interval=2")
+    p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4",
+                  "--attention_type=pairwise", "--n_layer=3", check=False)
+    one_line_error(p, "the settings ask for another model: n_layer 3 (checkpoint: 2), attention_type 'pairwise' "
+                      "(checkpoint: 'original')")
+    run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4")
+
+
+@pytest.mark.parametrize("bad,msg", [("--mask_prob=0", "mask_prob must be in (0, 1)"),
+                                     ("--mask_prob=0.001", "predicts no token"),
+                                     ("--dropout=1.0", "dropout must be in [0, 1)"),
+                                     ("--learning_rate=-1e-3", "learning_rate and eps must be > 0"),
+                                     ("--init_from=last", "init_from must be"),
+                                     ("--dtype=fp8", "dtype must be auto")])
+def test_out_of_range_settings_are_one_line(data_dir, tmp_path, bad, msg):
+    one_line_error(run_train(*TINY, bad, f"--dataset={data_dir}", f"--out_dir={tmp_path}/x", check=False), msg)
+
+
+def test_ctrl_c_during_start_up_is_one_line(data_dir, tmp_path):
+    p = subprocess.Popen([sys.executable, "train.py", *TINY, f"--dataset={data_dir}", f"--out_dir={tmp_path}/x"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # importing torch takes longer: the run is still starting
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 1 and "interrupted by signal 2 before training started" in err and "Traceback" not in err
+
+
+def test_help_lists_every_setting():
+    p = subprocess.run([sys.executable, "train.py", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("usage: python train.py")
+    keys = [line.split("=")[0].strip()[2:] for line in p.stdout.splitlines() if line.startswith("  --")]
+    with open(os.path.join(ROOT, "train.py")) as f:
+        src = f.read()
+    block = src.split("# " + "-" * 77)[1]  # the config block
+    import re
+    want = re.findall(r"^(\w+(?:, \w+)*) = ", block, re.M)
+    assert keys == [k for names in want for k in names.split(", ")]
+    assert "  --mask_prob=0.15" in p.stdout and "fraction of each sequence's tokens that is predicted" in p.stdout

@@ -1,0 +1,235 @@
+"""
+What several scripts share, written once: the MLM masking, the schedule, precision, the optimizer step,
+torch.compile, checkpoints and their checks, safe file writing, the out_dir lock, and reading train.py's log.
+Every failure a user can cause ends in one line (SystemExit), never a traceback.
+"""
+import fcntl
+import json
+import math
+import os
+import socket
+from contextlib import nullcontext
+
+import torch
+
+from model import Bert, BertClassifier, BertConfig
+
+
+def oneline(e):
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"[:300]
+
+
+# ----------------------------------------------------------------------------- training pieces
+def mask_tokens(x, mask_prob, n_ordinary, mask_id, generator):
+    """BERT masking of a (B, T) block of token ids. Selects round(mask_prob * T) positions per row, uniformly
+    among ordinary tokens (ids < n_ordinary: special tokens and padding are never selected); of those 80%
+    become [MASK], 10% a random ordinary token, 10% stay. A fixed count per row (as in Cramming) keeps the
+    number of predicted positions static for torch.compile. Returns (inputs, targets with -100 elsewhere,
+    pos): pos are the flat positions of the selected rows (B * round(mask_prob * T) of them, sorted; a row
+    with fewer ordinary tokens than that also lists unselected positions, whose target is -100)."""
+    B, T = x.shape
+    eligible = x < n_ordinary
+    scores = torch.rand(B, T, generator=generator).masked_fill_(~eligible, -1.0)
+    picked = scores.topk(round(mask_prob * T), dim=1).indices.sort(dim=1).values
+    selected = torch.zeros_like(eligible).scatter_(1, picked, True) & eligible
+    u = torch.rand(B, T, generator=generator)
+    random_tokens = torch.randint(0, n_ordinary, (B, T), generator=generator)
+    inputs = torch.where(selected & (u < 0.8), mask_id, x)
+    inputs = torch.where(selected & (u >= 0.8) & (u < 0.9), random_tokens, inputs)
+    pos = (picked + T * torch.arange(B)[:, None]).reshape(-1)
+    return inputs, torch.where(selected, x, -100), pos
+
+
+def linear_schedule(step, lr, warmup, total):
+    """Linear warm-up from 0 to lr over `warmup` steps, then linear decay to 0 at `total` (as the paper and the
+    Hugging Face Trainer it ran: get_linear_schedule_with_warmup)."""
+    if step < warmup:
+        return lr * step / warmup
+    return lr * max(0.0, (total - step) / max(1, total - warmup))
+
+
+def resolve_dtype(dtype, device_type):
+    """'auto' -> bfloat16 on a GPU that has it, float16 on an older GPU, float32 elsewhere (CPU, MPS)."""
+    if dtype == "auto":
+        if device_type != "cuda":
+            return "float32"
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise SystemExit(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
+    return dtype
+
+
+def autocast(device_type, dtype):
+    return nullcontext() if dtype == "float32" else torch.autocast(device_type, dtype=getattr(torch, dtype))
+
+
+def check_device(device):
+    device_type = device.split(":")[0]
+    if device_type not in ("cpu", "cuda", "mps") or (device_type == "cuda" and not torch.cuda.is_available()) or (
+            device_type == "mps" and not torch.backends.mps.is_available()):
+        raise SystemExit(f"device {device!r} is not available here: use cpu, cuda[:N] (with a GPU) or mps")
+    return device_type
+
+
+def optimizer_step(optimizer, scaler, params, grad_clip):
+    """Unscale (fp16), clip, step (the scaler skips a step whose gradients overflowed), zero the gradients."""
+    if grad_clip:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def compile_model(model, device_type):
+    if device_type == "cpu":  # dropout from ATen's RNG inside compiled graphs: ~7% faster steps on CPU
+        import torch._inductor.config
+
+        torch._inductor.config.fallback_random = True
+    return torch.compile(model)
+
+
+def gpu_peak_flops(name):
+    """Dense bf16 peak by GPU name (datasheet); MFU is reported against it."""
+    for key, flops in (("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12),
+                       ("L40S", 362e12), ("L40", 181e12), ("A10", 125e12)):
+        if key in name:
+            return flops
+    return 0.0
+
+
+def all_finite(tensors):
+    """True if every float tensor is free of NaN and inf: one host sync however many tensors."""
+    flags = [torch.isfinite(t).all() for t in tensors if t.is_floating_point()]
+    return bool(torch.stack(flags).all()) if flags else True
+
+
+# ----------------------------------------------------------------------------- files
+def atomic_write(path, write, mode="wb"):
+    """Write a file whole or not at all: write(f) fills path.tmp.<pid>, which is flushed to disk and renamed over
+    path. On any failure (a full disk, Ctrl-C) the temporary file is removed and path is as it was; a failure of
+    the disk itself ends in one line."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(tmp, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise SystemExit(f"cannot write {path}: {e.strerror or e}; it is unchanged") from None
+        raise
+
+
+def write_json(path, obj):
+    atomic_write(path, lambda f: f.write(json.dumps(obj, indent=1) + "\n"), mode="w")
+
+
+def read_json(path, what):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise SystemExit(f"cannot read {what} {path} ({oneline(e)}); it was left as it is")
+
+
+def save_checkpoint(obj, path):
+    atomic_write(path, lambda f: torch.save(obj, f))
+
+
+def load_checkpoint(path, resume=False):
+    """A train.py checkpoint (or a finetune_glue.py classifier, which has num_labels), checked: readable, with a
+    model that fits its model_args and finite weights (and, to resume, the optimizer state). Pickled code is
+    never run (weights_only). Any problem: one line."""
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise SystemExit(f"no checkpoint at {path}")
+    except Exception as e:
+        raise SystemExit(f"{path} is not a readable checkpoint ({oneline(e)})")
+    if not isinstance(ck, dict) or not {"model", "model_args", "iter_num"} <= ck.keys():
+        raise SystemExit(f"{path} is not a train.py checkpoint (it needs model, model_args and iter_num)")
+    try:
+        with torch.device("meta"):  # shapes only: no memory, no init
+            cfg = BertConfig(**ck["model_args"])
+            model = BertClassifier(cfg, ck["num_labels"]) if "num_labels" in ck else Bert(cfg)
+            want = {k: v.shape for k, v in model.state_dict().items()}
+        if want != {k: v.shape for k, v in ck["model"].items()}:
+            raise ValueError("the weights do not fit its model_args")
+    except (TypeError, ValueError, AttributeError) as e:
+        raise SystemExit(f"{path}: {oneline(e)}")
+    if not all_finite(ck["model"].values()):
+        raise SystemExit(f"{path} holds non-finite (NaN/inf) weights: use an earlier snapshot")
+    if resume and not {"optimizer", "rng", "config"} <= ck.keys():
+        raise SystemExit(f"{path} is a model-only snapshot: it cannot be resumed (no optimizer state), but it can be "
+                         "fine-tuned (finetune_glue.py --init_from=) or exported (export_hf.py --init_from=)")
+    return ck
+
+
+_held = {}  # out_dir -> file descriptor of its lock, held until the process exits
+
+
+def lock_dir(path, who):
+    """Creates path if needed and holds it for this process: an exclusive flock on path/.lock, whose text names
+    the holder. The operating system releases it when the process ends in any way, so the lock of a dead
+    process is free again. Another live holder: one line naming it."""
+    if os.path.abspath(path) in _held:  # this process has it already
+        return
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd = os.open(os.path.join(path, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise SystemExit(f"cannot use {path} as an output folder: {e.strerror}")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 300).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise SystemExit(f"{path} is in use by {holder}: wait for it to end, or choose another output folder")
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{who} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
+    _held[os.path.abspath(path)] = fd
+
+
+def unlock_dir(path):
+    """Releases a lock_dir of this process before it ends (for use as a library)."""
+    fd = _held.pop(os.path.abspath(path), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def read_evals(run):
+    """The eval records of a train.py run (its out_dir or log.jsonl), sorted by step. A half-written last line
+    (a killed run) is skipped; anything else malformed is a one-line error."""
+    path = os.path.join(run, "log.jsonl") if os.path.isdir(run) else run
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"cannot read {path} ({getattr(e, 'strerror', None) or e}): not a train.py out_dir?")
+    evals = []
+    for n, line in enumerate(lines, 1):
+        try:
+            r = json.loads(line) if line.strip() else {}
+        except ValueError:
+            if n == len(lines):
+                continue
+            raise SystemExit(f"{path}, line {n}: not JSON; is this a train.py log.jsonl?")
+        if isinstance(r, dict) and r.get("type") == "eval":
+            if not isinstance(r.get("step"), int) or not isinstance(r.get("loss"), (int, float)) or \
+                    not math.isfinite(r["loss"]):
+                raise SystemExit(f"{path}, line {n}: an eval record needs a step and a finite loss")
+            evals.append(r)
+    if not evals:
+        raise SystemExit(f"{path} has no eval records: run train.py past its first eval_interval")
+    return sorted(evals, key=lambda r: r["step"])
+
+
+def first_step_below(evals, level):
+    """The study's criterion: the first eval step whose loss is <= level (None if never)."""
+    return next((r["step"] for r in evals if r["loss"] <= level), None)
