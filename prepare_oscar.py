@@ -9,10 +9,12 @@ block size, blocks and tokens per split, and documents kept/dropped per rule, so
     python prepare_oscar.py --source=oscar --num_proc=16        # OSCAR-2301 English from the HF Hub (gated)
     python prepare_oscar.py --source=files --files='oscar/en_meta_part_*.jsonl.zst'
     python prepare_oscar.py --source=hf:Salesforce/wikitext --hf_config=wikitext-103-raw-v1
+    python prepare_oscar.py --source=gcide                      # 16M tokens of English (apt-get install dict-gcide)
 
 Records with OSCAR's "metadata" object go through the paper's Appendix A filters; anything else is kept.
 """
 import ast
+import codecs
 import glob
 import gzip
 import io
@@ -30,12 +32,14 @@ import numpy as np
 from tqdm import tqdm
 
 import tokenizer
+from common import lock_dir, oneline, read_json, unlock_dir
 
 # -----------------------------------------------------------------------------
-source = 'builtin'   # 'builtin' | 'oscar' | 'files' | 'hf:<dataset>' (any Hugging Face text dataset)
-files = ''          # glob for source='files': *.jsonl / *.json (JSON lines) or *.txt, optionally .zst / .gz
+source = 'builtin'   # 'builtin' | 'gcide' | 'oscar' | 'files' | 'hf:<dataset>' (any Hugging Face text dataset)
+files = ''          # glob for source='files': *.jsonl / *.json (JSON lines) or *.txt, optionally .zst / .gz;
+                    # for source='gcide': the dictd file ('' = /usr/share/dictd/gcide.dict.dz)
 out_dir = ''        # '' -> data/<source>
-block_size = 512
+block_size = 512  # tokens per block (train.py may use any divisor of it)
 num_proc = os.cpu_count() or 1  # tokenising processes (1: in this process)
 max_docs = -1       # stop after this many kept documents; <= 0: 30M (the paper's) for oscar, all otherwise
 val_docs = -1       # the first val_docs kept documents go to val.bin; -1: 10,000 (the paper), 80 for builtin
@@ -54,6 +58,7 @@ OSCAR_GLOB = "datasets/oscar-corpus/OSCAR-2301/en_meta/en_meta_part_*.jsonl.zst"
 OSCAR_ACCESS = ("OSCAR-2301 is gated: accept its terms at https://huggingface.co/datasets/oscar-corpus/"
                 "OSCAR-2301 with your account, then `huggingface-cli login` or export HF_TOKEN=hf_...")
 CHUNK = 64  # documents per task sent to a worker
+GCIDE = "/usr/share/dictd/gcide.dict.dz"  # Debian/Ubuntu package dict-gcide
 
 
 def oscar_rule(meta):
@@ -113,10 +118,6 @@ def in_order(items, n, text_field):
 
 
 # ----------------------------------------------------------------------------- sources: iterators of items
-def one_line(e):
-    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
-
-
 def natural_sorted(paths):  # en_meta_part_2 before en_meta_part_10
     return sorted(paths, key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p)])
 
@@ -130,8 +131,17 @@ def file_items(path, f):
         except ImportError:
             raise SystemExit(f"{path}: reading .zst files needs `pip install zstandard`")
         f, name = zstandard.ZstdDecompressor().stream_reader(f, read_across_frames=True), path[:-4]
-    elif path.endswith(".gz"):
+    elif path.endswith((".gz", ".dz")):  # .dz: dictzip (dictd's dictionaries), gzip with a seek table
         f, name = gzip.GzipFile(fileobj=f), path[:-3]
+    f = io.BufferedReader(f) if not hasattr(f, "peek") else f
+    head = f.peek(1 << 16)[:1 << 16]
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+        if b"\0" in head:
+            raise ValueError("NUL bytes")
+    except ValueError as e:
+        raise SystemExit(f"{path}: not UTF-8 text ({str(e)[:80]}): is it a binary or compressed file? "
+                         "(.zst and .gz are read as such; name them so)")
     lines = io.TextIOWrapper(f, encoding="utf-8", errors="replace")
     if name.endswith((".jsonl", ".json")):
         yield from (line for line in lines if line.strip())
@@ -150,7 +160,7 @@ def local_items(pattern):
             with open(path, "rb") as f:
                 yield from file_items(path, f)
         except Exception as e:  # unreadable or corrupt (a truncated .gz, bad zstd data): one line naming the file
-            raise SystemExit(f"{path}: {one_line(e)}")
+            raise SystemExit(f"{path}: {oneline(e)}")
 
 
 def oscar_items():
@@ -170,7 +180,7 @@ def oscar_items():
             with fs.open(path, "rb", block_size=0) as f:  # block_size=0: one streamed download
                 yield from file_items(path, f)
     except Exception as e:  # gated, no token, offline, or the connection dropped: all one line
-        raise SystemExit(f"oscar: cannot stream from the Hub ({one_line(e)}). {OSCAR_ACCESS}")
+        raise SystemExit(f"oscar: cannot stream from the Hub ({oneline(e)}). {OSCAR_ACCESS}")
 
 
 def hf_items(name, config):
@@ -181,7 +191,7 @@ def hf_items(name, config):
     except ImportError:
         raise SystemExit(f"source=hf:{name} needs `pip install datasets`")
     except Exception as e:  # not found, gated, needs a config, offline
-        raise SystemExit(f"hf:{name}: {one_line(e)} (gated datasets need `huggingface-cli login`; "
+        raise SystemExit(f"hf:{name}: {oneline(e)} (gated datasets need `huggingface-cli login`; "
                          "pick a config with --hf_config)")
 
 
@@ -218,6 +228,11 @@ def builtin_items():
 def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, text_field, hf_config, overwrite):
     if source == "builtin":
         items = builtin_items()
+    elif source == "gcide":  # a named `files` source: the dictionary's paragraphs, in the file's order
+        if not os.path.isfile(files or GCIDE):
+            raise SystemExit(f"gcide: {files or GCIDE} not found: `sudo apt-get install dict-gcide` (Debian/Ubuntu), "
+                             "or --files=<a copy of gcide.dict.dz from that package>")
+        items = local_items(files or GCIDE)
     elif source == "oscar":
         items = oscar_items()
     elif source == "files":
@@ -225,18 +240,38 @@ def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, te
     elif source.startswith("hf:") and len(source) > 3:
         items = hf_items(source[3:], hf_config)
     else:
-        raise SystemExit(f"source must be builtin, oscar, files or hf:<dataset>, got {source!r}")
-    if files and source != "files":
-        raise SystemExit("--files is read only with --source=files")
+        raise SystemExit(f"source must be builtin, gcide, oscar, files or hf:<dataset>, got {source!r}")
+    if files and source not in ("files", "gcide"):
+        raise SystemExit("--files is read only with --source=files or gcide")
     if block_size < 2:
         raise SystemExit(f"block_size must be at least 2, got {block_size}")
     out_dir = out_dir or os.path.join("data", re.sub(r"[^\w.-]+", "_", source))
     max_docs = max_docs if max_docs > 0 else 30_000_000 if source == "oscar" else None  # None: all
     val_docs = val_docs if val_docs >= 0 else 80 if source == "builtin" else 10_000
     final = {name: os.path.join(out_dir, name) for name in ("train.bin", "val.bin", "meta.json")}
-    if os.path.exists(final["meta.json"]) and not overwrite:
-        raise SystemExit(f"{out_dir} already holds a finished dataset; pass --overwrite=True to rebuild it")
+    request = {"source": source, "files": files, "block_size": block_size, "max_docs": max_docs,
+               "val_docs": val_docs, "text_field": text_field, "hf_config": hf_config}
     enc, special = tokenizer.get_tokenizer()  # fails here, in one line, if the GPT-2 files are missing
+    lock_dir(out_dir, "prepare_oscar.py")  # one writer at a time; a finished dataset is never half-replaced
+    try:
+        return write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs, val_docs, text_field,
+                             overwrite)
+    finally:
+        unlock_dir(out_dir)
+
+
+def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs, val_docs, text_field, overwrite):
+    enc, special = tokenizer.get_tokenizer()
+    source = request["source"]
+    if os.path.exists(final["meta.json"]) and not overwrite:
+        old = read_json(final["meta.json"], "dataset metadata").get("request")
+        if old == request:  # the same request again (a re-run quick start): nothing to do
+            print(f"{out_dir} already holds this dataset: nothing to do (--overwrite=True rebuilds it)")
+            return None
+        differ = ", ".join(f"{k} {old.get(k)!r} -> {v!r}" for k, v in request.items() if old.get(k) != v) \
+            if isinstance(old, dict) else "made by an earlier version"
+        raise SystemExit(f"{out_dir} already holds another dataset ({differ}); pass --overwrite=True to replace it, "
+                         "or choose another --out_dir")
     counts, ntok, t0 = Counter(), Counter(), time.time()
 
     def kept_docs():  # in corpus order, counting every document read by its fate
@@ -246,10 +281,10 @@ def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, te
                 if doc is not None:
                     yield doc
 
-    os.makedirs(out_dir, exist_ok=True)
     tmp = {name: path + ".tmp" for name, path in final.items()}  # renamed only once complete
-    outs = {split: open(tmp[f"{split}.bin"], "wb") for split in ("train", "val")}
+    outs = {}
     try:
+        outs = {split: open(tmp[f"{split}.bin"], "wb") for split in ("train", "val")}
         with tqdm(unit=" docs", desc=f"prepare {source}", mininterval=1) as bar:  # 1 s: small logs
             for i, doc in enumerate(itertools.islice(kept_docs(), max_docs)):
                 split = "val" if i < val_docs else "train"
@@ -271,7 +306,7 @@ def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, te
             if blocks[split] == 0:
                 raise SystemExit(f"{split}.bin would hold no {block_size}-token block ({ntok[split]:,} tokens): "
                                  "use more documents, a smaller --val_docs or a smaller --block_size")
-        meta = {"source": source, "tokenizer": "gpt2+bert-special", "vocab_size": tokenizer.VOCAB_SIZE,
+        meta = {"source": source, "request": request, "tokenizer": "gpt2+bert-special", "vocab_size": tokenizer.VOCAB_SIZE,
                 "n_tokenizer_vocab": enc.n_vocab, "special": special, "dtype": "uint16", "block_size": block_size,
                 "train_blocks": blocks["train"], "val_blocks": blocks["val"],
                 "train_tokens": blocks["train"] * block_size, "val_tokens": blocks["val"] * block_size,
@@ -279,16 +314,25 @@ def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, te
                               "train": max(kept - val_docs, 0), "dropped": {r: counts[r] for r in RULES}}}
         with open(tmp["meta.json"], "w") as f:
             json.dump(meta, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
         if os.path.exists(final["meta.json"]):
             os.remove(final["meta.json"])  # the old dataset stops counting as finished before its files change
         for name in ("train.bin", "val.bin", "meta.json"):  # meta.json last: it marks the dataset finished
             os.replace(tmp[name], final[name])
-    finally:  # after an error or Ctrl-C, no temporary file stays behind
+    except OSError as e:  # a full disk, a vanished folder: one line (the cleanup below runs first)
+        raise SystemExit(f"cannot write the dataset in {out_dir} ({e.strerror or e}): nothing was written")
+    finally:  # after an error or Ctrl-C, no temporary file stays behind; this cleanup cannot fail itself
         for f in outs.values():
-            f.close()
+            try:
+                f.close()
+            except OSError:
+                pass
         for path in tmp.values():
-            if os.path.exists(path):
+            try:
                 os.remove(path)
+            except OSError:
+                pass
     dt = time.time() - t0
     print(f"{out_dir}: train {blocks['train']:,} blocks, val {blocks['val']:,} blocks of {block_size} tokens; "
           f"{ntok.total():,} tokens in {dt:.1f}s ({ntok.total() / dt:,.0f} tokens/s)")

@@ -140,7 +140,7 @@ def test_packing_blocks_and_split(tmp_path):
     assert not {t for t in texts if t in val_docs} & {t for t in texts if t in train_docs}
     assert meta["vocab_size"] == 50304 and meta["n_tokenizer_vocab"] == 50261 and meta["block_size"] == 32
     assert meta["special"] == SPECIAL and json.load(open(out / "meta.json")) == meta
-    assert sorted(os.listdir(out)) == ["meta.json", "train.bin", "val.bin"]  # no temporary files left
+    assert sorted(os.listdir(out)) == [".lock", "meta.json", "train.bin", "val.bin"]  # no temporary files left
 
 
 def test_plain_text_files(tmp_path):
@@ -224,7 +224,7 @@ def test_user_errors_are_one_line(tmp_path):
         with pytest.raises(SystemExit, match=msg) as e:
             run(tmp_path, **kw)
         assert "\n" not in str(e.value.code)
-    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []  # nothing half-written
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") in ([], [".lock"])  # nothing half-written
     (tmp_path / "cut.jsonl.gz").write_bytes(gzip.compress(b'{"text": "a truncated download"}\n' * 100)[:60])
     with pytest.raises(SystemExit, match="cut.jsonl.gz: EOFError") as e:
         run(tmp_path, files=str(tmp_path / "cut.jsonl.gz"))
@@ -239,7 +239,8 @@ def test_refuses_to_overwrite_a_finished_dataset(tmp_path):
     kw = dict(files=str(tmp_path / "c.jsonl"), block_size=8, val_docs=5)
     run(tmp_path, **kw)
     before = read(tmp_path / "out", "train")
-    with pytest.raises(SystemExit, match="overwrite=True"):
+    assert run(tmp_path, **kw) is None  # the same request again: already built, nothing done
+    with pytest.raises(SystemExit, match=r"another dataset \(val_docs 5 -> 10\); pass --overwrite=True"):
         run(tmp_path, **dict(kw, val_docs=10))
     np.testing.assert_array_equal(read(tmp_path / "out", "train"), before)
     assert run(tmp_path, **dict(kw, val_docs=10, overwrite=True))["documents"]["val"] == 10
@@ -267,7 +268,70 @@ def test_script_end_to_end_builtin(tmp_path):
     assert os.path.getsize(out / "train.bin") == meta["train_blocks"] * 128 * 2 > 0
     text = ENC.decode(read(out, "train")[:4000].tolist())
     assert text.count("[CLS]") >= 1 and " the " in text  # real English
-    for bad in ([], ["--source=nope"], ["--block_size=big"]):
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)  # the same command again
+    assert r.returncode == 0 and "already holds this dataset: nothing to do" in r.stdout, r.stderr
+    for bad in (["--val_docs=11"], ["--source=nope"], ["--block_size=big"]):
         r = subprocess.run(cmd + bad, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_gcide_source_reads_a_dictzip_file(tmp_path):
+    """GCIDE's dictd file is dictzip, which any gzip reader reads: its blank-line separated paragraphs are the
+    documents, as with any plain-text file."""
+    text = ("00-database-info\n   This file was converted.\n\nAbdomen \\Ab*do\"men\\, n.\n   The belly.\n"
+            "   [1913 Webster]\n\n   2. (Zool.) The posterior section.\n   [1913 Webster]\n")
+    (tmp_path / "g.dict.dz").write_bytes(gzip.compress(text.encode()))
+    run(tmp_path, source="gcide", files=str(tmp_path / "g.dict.dz"), block_size=4, val_docs=1)
+    docs = ENC.decode(np.concatenate([read(tmp_path / "out", s) for s in ("val", "train")]).tolist())
+    assert docs.startswith("[CLS]00-database-info\n   This file was")  # val: the first paragraph, cut to blocks
+    assert '[CLS]Abdomen \\Ab*do"men\\, n.\n   The belly.\n   [1913 Webster][SEP][CLS]   2. (Zool.)' in docs
+    with pytest.raises(SystemExit, match="apt-get install dict-gcide"):
+        run(tmp_path, name="x", source="gcide", files=str(tmp_path / "missing.dict.dz"))
+
+
+def test_binary_input_is_refused(tmp_path):
+    (tmp_path / "model.txt").write_bytes(bytes(range(256)) * 100)  # e.g. a checkpoint given by mistake
+    with pytest.raises(SystemExit, match="model.txt: not UTF-8 text") as e:
+        run(tmp_path, files=str(tmp_path / "model.txt"))
+    assert "\n" not in str(e.value.code) and not (tmp_path / "out" / "meta.json").exists()
+    (tmp_path / "nul.txt").write_bytes(b"text with a NUL\0 byte\n" * 10)
+    with pytest.raises(SystemExit, match="NUL"):
+        run(tmp_path, files=str(tmp_path / "nul.txt"))
+
+
+def test_full_disk_and_held_out_dir(tmp_path, monkeypatch):
+    import errno
+    write(tmp_path / "c.jsonl", [json.dumps({"text": t}) for t in many_docs(50)])
+    real_open = open
+
+    class Full:  # a file on a disk that fills up after the first write
+        def __init__(self, *a):
+            self.f, self.n = real_open(*a), 0
+
+        def write(self, b):
+            self.n += 1
+            if self.n > 1:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.f.write(b)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+    monkeypatch.setattr(po, "open", lambda path, mode="r", *a: Full(path, mode) if mode == "wb" else
+                        real_open(path, mode, *a), raising=False)
+    with pytest.raises(SystemExit, match="No space left on device.*nothing was written"):
+        run(tmp_path, files=str(tmp_path / "c.jsonl"), block_size=8, val_docs=5)
+    assert os.listdir(tmp_path / "out") == [".lock"]  # no temporary file left behind
+    monkeypatch.undo()
+    holder = subprocess.Popen([sys.executable, "-c", f"import common, time; common.lock_dir({str(tmp_path / 'out')!r}, "
+                               "'another prepare_oscar.py'); print('held', flush=True); time.sleep(60)"],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(SystemExit, match=r"in use by another prepare_oscar.py \(pid \d+ on "):
+            run(tmp_path, files=str(tmp_path / "c.jsonl"), block_size=8, val_docs=5)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run(tmp_path, files=str(tmp_path / "c.jsonl"), block_size=8, val_docs=5)  # a dead holder: free again
