@@ -5,7 +5,7 @@ is installed (it is not a requirement of this project).
 
     python bench.py                                        # CPU: bert-small shape, seq 128, batch 8
     python bench.py --device=cuda --n_layer=12 --n_head=12 --n_embd=768 --n_inner=3072 \
-        --block_size=512 --batch_size=32 --modes=eager,compiled   # bert-base on a GPU, bf16
+        --block_size=512 --batch_size=32 --hf_modes=eager,compiled   # bert-base on a GPU, bf16
 
 Reports the median over `repeats` timings of `steps` steps each, after `warmup` steps (and compilation).
 The repeats of all models are interleaved (model 1, 2, ..., 1, 2, ...), so that drift in the machine's
@@ -13,29 +13,35 @@ speed hits every model alike.
 """
 import statistics
 import time
-from contextlib import nullcontext
 
 import torch
 
-from model import Bert, BertConfig
-from train import compile_model, gpu_peak_flops, mask_tokens
+from common import autocast, check_device, compile_model, gpu_peak_flops, mask_tokens, resolve_dtype
+from model import ATTENTION_TYPES, Bert, BertConfig
 
 # -----------------------------------------------------------------------------
-device = "cuda" if torch.cuda.is_available() else "cpu"
-dtype = "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or mps
+dtype = "auto"  # float32 or bfloat16; auto: bfloat16 on a GPU that has it, else float32
 n_layer, n_head, n_embd, n_inner = 4, 8, 512, 2048  # the paper's bert-small
 vocab_size = 30522  # bert-base-uncased's, as Hugging Face BERT is usually run
 block_size = 128  # sequence length
-batch_size = 8
-mask_prob = 0.15
-attention_types = "original,symmetric,pairwise,additive,hybrid"
+batch_size = 8  # sequences per step
+mask_prob = 0.15  # fraction of positions predicted (where our MLM head runs)
+attention_types = "original,symmetric,pairwise,additive,hybrid"  # ours, as a comma list
 modes = "compiled"  # ours: 'eager', 'compiled' or both (train.py compiles by default)
 hf_modes = "eager"  # BertForMaskedLM: 'eager' (as its users run it), 'compiled', both, or '' to skip
-warmup, steps, repeats = 2, 2, 3
+warmup, steps, repeats = 2, 2, 3  # untimed steps first, then repeats x steps timed per model
 seq_lens = "256,1024"  # additive vs original at a fixed number of tokens per batch ('' to skip)
-peak_flops = 0.0  # for MFU; 0 = the GPU's dense bf16 peak by name (train.gpu_peak_flops)
-seed = 0
+peak_flops = 0.0  # for MFU; 0 = the GPU's dense bf16 peak by name (common.gpu_peak_flops)
+seed = 0  # initialisation and the batch
 # -----------------------------------------------------------------------------
+
+
+def check(names, allowed, what):
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        raise SystemExit(f"bench: unknown {what} {', '.join(map(repr, bad))}: use a comma list of {', '.join(allowed)}")
+    return names
 
 
 def sync():
@@ -66,8 +72,7 @@ def median_step_times(step_fns, warm=False):
 def make_batch(B, T):
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, vocab_size - 4, (B, T), generator=g)  # ids >= vocab_size - 4 play the special tokens
-    xm, y = mask_tokens(x, mask_prob, vocab_size - 4, vocab_size - 1, g)
-    return xm.to(device), y.to(device), B * round(mask_prob * T)
+    return [t.to(device) for t in mask_tokens(x, mask_prob, vocab_size - 4, vocab_size - 1, g)]
 
 
 def config(attention_type, T=None):
@@ -95,12 +100,12 @@ def hugging_face():
     return model, opt
 
 
-def train_step(model, opt, x, y, n_pred, hf=False):
-    autocast = nullcontext() if dtype == "float32" else torch.autocast(device.split(":")[0], getattr(torch, dtype))
+def train_step(model, opt, x, y, pos, hf=False):
+    ctx = autocast(device.split(":")[0], dtype)
 
     def step():
-        with autocast:
-            loss = model(input_ids=x, labels=y).loss if hf else model(x, y, n_pred=n_pred)[1]
+        with ctx:
+            loss = model(input_ids=x, labels=y).loss if hf else model(x, y, pos)[1]
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -111,6 +116,15 @@ if __name__ == "__main__":
     from configurator import configure
 
     configure(globals())
+    device_type = check_device(device)
+    dtype = resolve_dtype(dtype, device_type)
+    if dtype == "float16":
+        raise SystemExit("bench: dtype float16 would need a GradScaler here: use bfloat16 or float32")
+    check(attention_types.split(","), ATTENTION_TYPES, "attention type")
+    check(modes.split(","), ("eager", "compiled"), "mode")
+    check([m for m in hf_modes.split(",") if m], ("eager", "compiled"), "hf mode")
+    if min(batch_size, block_size, warmup, steps, repeats) < 1 or not 0 < mask_prob < 1:
+        raise SystemExit("bench: batch_size, block_size, warmup, steps and repeats must be >= 1, mask_prob in (0, 1)")
     torch.backends.cuda.matmul.allow_tf32 = True
     on_gpu = device.startswith("cuda")
     peak = peak_flops or (gpu_peak_flops(torch.cuda.get_device_name()) if on_gpu else 0.0)
@@ -118,7 +132,7 @@ if __name__ == "__main__":
     print(f"device: {name}; torch {torch.__version__}; dtype {dtype}; {n_layer} layers, {n_head} heads, "
           f"{n_embd} hidden, vocab {vocab_size}; batch {batch_size} x {block_size} tokens, {mask_prob:.0%} predicted"
           + (f"; MFU against {peak / 1e12:.0f} TFLOP/s" if peak else ""))
-    x, y, n_pred = make_batch(batch_size, block_size)
+    x, y, pos = make_batch(batch_size, block_size)
     tokens = batch_size * block_size
     rows, step_fns = [], []  # rows: [model, mode, peak memory, FLOPs per token], then seconds per step
 
@@ -126,7 +140,7 @@ if __name__ == "__main__":
         if on_gpu:
             torch.cuda.reset_peak_memory_stats()
         fwd = compile_model(model, device.split(":")[0]) if mode == "compiled" else model  # as train.py does
-        step_fns.append(train_step(fwd, opt, x, y, n_pred, hf))
+        step_fns.append(train_step(fwd, opt, x, y, pos, hf))
         for _ in range(warmup):  # compiles, and shows this model's peak memory
             step_fns[-1]()
         sync()
@@ -146,7 +160,7 @@ if __name__ == "__main__":
     for attention_type in attention_types.split(","):
         for mode in modes.split(","):
             model, opt = ours(attention_type)
-            add(f"ours, {attention_type}", mode, model, opt, flops=model.flops_per_token(block_size, n_pred / tokens))
+            add(f"ours, {attention_type}", mode, model, opt, flops=model.flops_per_token(block_size, len(pos) / tokens))
     for row, dt in zip(rows, median_step_times(step_fns, warm=True)):
         row.insert(2, dt)
 
@@ -167,7 +181,7 @@ if __name__ == "__main__":
         for attention_type in ("original", "additive"):
             fns = []
             for T in lens:
-                x, y, n_pred = make_batch(n_tok // T, T)
-                fns.append(train_step(*ours(attention_type, T), x, y, n_pred))
+                x, y, pos = make_batch(n_tok // T, T)
+                fns.append(train_step(*ours(attention_type, T), x, y, pos))
             times = median_step_times(fns)
             print(f"| {attention_type} | " + " | ".join(f"{t * 1e3:.0f} ({t / times[0]:.2f}x)" for t in times) + " |")

@@ -13,24 +13,24 @@ mismatched. GLUE score = plain mean of those 9 numbers, per seed; mean and std o
 <out_dir>/glue_results.json is rewritten after every (task, seed), so a re-run skips the finished pairs.
 """
 import glob
-import json
 import math
 import os
 import re
+import socket
 import sys
 import time
 from collections import namedtuple
-from contextlib import nullcontext
 from functools import lru_cache
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from common import (autocast, check_device, linear_schedule, load_checkpoint, lock_dir, oneline, optimizer_step,
+                    read_json, resolve_dtype, save_checkpoint, unlock_dir, write_json)
 from configurator import configure
 from model import BertClassifier, BertConfig
 from tokenizer import get_tokenizer
-from train import optimizer_step
 
 # -----------------------------------------------------------------------------
 init_from = ''  # a train.py checkpoint: <out_dir>/ckpt.pt or <out_dir>/snapshots/ckpt_<step>.pt
@@ -38,23 +38,23 @@ benchmark = ''  # a train.py out_dir: run the protocol on its kept snapshots ins
 snapshot_every = 1  # benchmark every k-th snapshot, counted back from the last one (always included)
 tasks = 'all'  # 'all' = the 8 scored tasks, or a comma list of them; wnli can be run but is never scored
 data_dir = ''  # GLUE in the original layout (CoLA/train.tsv, MNLI/dev_matched.tsv, ...); '' = the HF Hub
-seeds = '1,2,3,4,5'
-epochs = 5
-batch_size = 16
-learning_rate = 1e-5
-warmup_ratio = 0.1
-weight_decay = 0.0
+seeds = '1,2,3,4,5'  # fine-tuning seeds (the paper's five)
+epochs = 5  # over each task's training set
+batch_size = 16  # training batch
+learning_rate = 1e-5  # peak, after the linear warm-up; linear decay to 0
+warmup_ratio = 0.1  # fraction of the steps spent warming up
+weight_decay = 0.0  # AdamW
 grad_clip = 1.0  # the Hugging Face Trainer's default max_grad_norm, which the paper's run_glue.py used
-max_seq_len = 128
-eval_batch_size = 256
+max_seq_len = 128  # [CLS] a [SEP] b [SEP], cut longest first
+eval_batch_size = 256  # dev-set batch (no gradients)
 length_bucketing = False  # batches of similar lengths: less padding, but not the paper's random batches
 max_train_samples = 0  # > 0: only the first N training rows of each task (smoke runs); 0 = all
-out_dir = 'out-glue'
-device = 'cuda' if torch.cuda.is_available() else 'cpu'
+out_dir = 'out-glue'  # glue_results.json (and with save_models, the fine-tuned classifiers) go here
+save_models = False  # keep each fine-tuned classifier as <out_dir>/<task>_s<seed>.pt (export_hf.py exports them)
+device = 'cuda' if torch.cuda.is_available() else 'cpu'  # cpu, cuda or cuda:N
 dtype = 'auto'  # float32, bfloat16 or float16; auto = bf16 on GPUs that have it, else fp16; float32 on CPU
-# off by default: dynamic padding changes the shapes every batch and each (task, seed) is a fresh model,
-# so compilation (which also needs a C++ compiler on CPU) costs more than it saves on GLUE-sized runs
-compile = False
+compile = False  # torch.compile: off, as dynamic padding changes shapes every batch and each (task, seed)
+          # is a fresh model, so it costs more than it saves on GLUE-sized runs
 # -----------------------------------------------------------------------------
 
 # In Table 3's order. TSV columns of (text a, text b, label); labels: the spellings, index = class id as in
@@ -76,9 +76,6 @@ NUMBERS = ['mrpc', 'cola', 'mnli-m', 'mnli-mm', 'qqp', 'rte', 'stsb', 'qnli', 's
 PROTOCOL = ['epochs', 'batch_size', 'learning_rate', 'warmup_ratio', 'weight_decay', 'grad_clip',
             'max_seq_len', 'length_bucketing', 'max_train_samples', 'data_dir', 'dtype']  # change results
 
-
-def oneline(e):
-    return f"{type(e).__name__}: {' '.join(str(e).split())}"[:400]
 
 # ----------------------------------------------------------------------------- metrics (x in [0, 1])
 
@@ -162,11 +159,13 @@ def read_tsv(path, task):
         f = line.split('\t')
         if len(f) != width:
             raise SystemExit(f"glue: {path}, line {n}: {len(f)} tab-separated fields, expected {width}")
-        y = f[cols[2]]
+        text = f[cols[2]]
         try:
-            y = labels.index(y) if labels else float(y)
+            y = labels.index(text) if labels else float(text)
+            if not math.isfinite(y):
+                raise ValueError
         except ValueError:
-            raise SystemExit(f"glue: {path}, line {n}: bad label {y!r} (expected {labels or 'a number'})")
+            raise SystemExit(f"glue: {path}, line {n}: bad label {text!r} (expected {labels or 'a finite number'})")
         rows.append((f[cols[0]], None if cols[1] is None else f[cols[1]], y))
     return rows
 
@@ -181,12 +180,18 @@ def load_task(task, data_dir):
     _, _, _, _, dev, (a, b) = TASKS[task]
     if data_dir:
         return {k: read_tsv(path, task) for k, path in tsv_files(task, data_dir).items()}
+    host = os.environ.get('HF_ENDPOINT', 'https://huggingface.co').split('://')[-1].split('/')[0]
+    try:  # offline: use the local cache only, at once, instead of ~30 s of retries
+        socket.create_connection((host, 443), timeout=3).close()
+    except OSError:
+        os.environ['HF_HUB_OFFLINE'] = os.environ['HF_DATASETS_OFFLINE'] = '1'
     try:
         import datasets
         ds = datasets.load_dataset('nyu-mll/glue', task)
     except Exception as e:  # no network, no datasets package, ...: one line, not a traceback
-        raise SystemExit(f"glue: cannot load nyu-mll/glue '{task}' from the Hugging Face Hub ({oneline(e)}); "
-                         "pass --data_dir=<a local GLUE folder>")
+        offline = ' (offline, and not in the local cache)' if os.environ.get('HF_HUB_OFFLINE') == '1' else ''
+        raise SystemExit(f"glue: cannot load nyu-mll/glue '{task}' from the Hugging Face Hub{offline} ({oneline(e)}); "
+                         "pass --data_dir=<a local GLUE folder> (README: GLUE data)")
     splits = {'train': 'train', **{k: f.replace('dev', 'validation') for k, f in dev.items()}}
     return {k: list(zip(ds[s][a], ds[s][b] if b else [None] * len(ds[s]['label']), ds[s]['label']))
             for k, s in splits.items()}
@@ -236,28 +241,18 @@ def batch(d, idx):
 # ----------------------------------------------------------------------------- fine-tuning
 
 
-def load_checkpoint(path):
-    """(BertConfig, Bert state dict, iter_num) of a train.py checkpoint; any problem is a one-line exit."""
-    if not os.path.isfile(path):
-        raise SystemExit(f"finetune_glue: no checkpoint file {path!r}")
-    try:
-        ck = torch.load(path, map_location='cpu', weights_only=True)
-    except Exception as e:
-        raise SystemExit(f"finetune_glue: cannot read checkpoint {path}: {oneline(e)}")
-    if not isinstance(ck, dict) or not {'model', 'model_args', 'iter_num'} <= ck.keys():
-        raise SystemExit(f"finetune_glue: {path} is not a train.py checkpoint (keys model, model_args, iter_num)")
-    try:
-        cfg = BertConfig(**ck['model_args'])
-        BertClassifier.from_pretrained(cfg, ck['model'], 1)  # strict load: the weights must fit model_args
-    except Exception as e:
-        raise SystemExit(f"finetune_glue: {path}: weights do not fit model_args ({oneline(e)})")
+def load_pretrained(path):
+    """(BertConfig, Bert state dict, iter_num) of a train.py checkpoint (full or snapshot), checked."""
+    ck = load_checkpoint(path)
+    cfg = BertConfig(**ck['model_args'])
     if max_seq_len > cfg.block_size:
         raise SystemExit(f"finetune_glue: max_seq_len {max_seq_len} > the model's block_size {cfg.block_size}")
     return cfg, ck['model'], int(ck['iter_num'])
 
 
-def finetune(task, data, seed, cfg, state):
-    """Fine-tune a fresh classifier on data['train'] with the protocol; returns the dev metrics."""
+def finetune(task, data, seed, cfg, state, keep=None):
+    """Fine-tune a fresh classifier on data['train'] with the protocol; returns the dev metrics. With keep, a path,
+    the fine-tuned classifier is saved there (export_hf.py turns it into a BertForSequenceClassification)."""
     torch.manual_seed(seed)  # the new pooler and classifier, dropout
     rng = np.random.default_rng(seed)  # batch order
     model = BertClassifier.from_pretrained(cfg, state, 1 if task == 'stsb' else len(TASKS[task].labels)).to(device)
@@ -268,7 +263,6 @@ def finetune(task, data, seed, cfg, state):
     train, n = data['train'], len(data['train']['tok'])
     steps = epochs * math.ceil(n / batch_size)
     warmup = math.ceil(warmup_ratio * steps)
-    lr = lambda s: learning_rate * ((s + 1) / warmup if s < warmup else (steps - s) / max(1, steps - warmup))
     t0, step = time.time(), 0
     model.train()
     # a live bar on a terminal only: a batch job's log gets the one result line per (task, seed)
@@ -283,10 +277,11 @@ def finetune(task, data, seed, cfg, state):
             for b in rng.permutation(len(batches)):  # random batch order (matters only when bucketed)
                 idx = batches[b]
                 for g in opt.param_groups:
-                    g['lr'] = lr(step)
+                    g['lr'] = linear_schedule(step, learning_rate, warmup, steps)
                 ids, mask, types = batch(train, idx)
                 with ctx:
-                    _, loss = fwd(ids, torch.from_numpy(train['y'][idx]).to(device), mask, types)
+                    _, loss = fwd(ids, torch.from_numpy(train['y'][idx]).to(device), attention_mask=mask,
+                                  token_type_ids=types)
                 scaler.scale(loss).backward()
                 optimizer_step(opt, scaler, model.parameters(), grad_clip)
                 loss_sum += loss.detach()
@@ -294,6 +289,9 @@ def finetune(task, data, seed, cfg, state):
                 bar.update()
                 if step % 100 == 0:
                     bar.set_postfix(loss=f"{loss.item():.4f}")
+            if not math.isfinite(loss_sum.item()):  # a diverged fine-tuning is no result: nothing is recorded
+                raise SystemExit(f"finetune_glue: {task} seed {seed}: the training loss went non-finite; nothing was "
+                                 "recorded for it (try a lower --learning_rate, or dtype=bfloat16/float32)")
     result = {'train_loss': loss_sum.item() / len(batches), 'dev': {}}  # mean over the last epoch
     model.eval()
     with torch.inference_mode():
@@ -304,11 +302,14 @@ def finetune(task, data, seed, cfg, state):
             for i in range(0, len(order), eval_batch_size):
                 ids, mask, types = batch(d, order[i:i + eval_batch_size])
                 with ctx:
-                    out.append(fwd(ids, None, mask, types)[0].float().cpu())
+                    out.append(fwd(ids, attention_mask=mask, token_type_ids=types)[0].float().cpu())
             logits = torch.cat(out).numpy()
             pred = logits[:, 0] if task == 'stsb' else logits.argmax(-1)
             result['dev'][name] = task_metrics(task, pred, d['y'][order])  # metrics ignore row order
     result['seconds'] = round(time.time() - t0, 1)
+    if keep:
+        save_checkpoint({'model': model.state_dict(), 'model_args': vars(cfg), 'task': task, 'seed': seed,
+                         'num_labels': model.num_labels, 'labels': TASKS[task].labels, 'dev': result['dev']}, keep)
     return result
 
 # ----------------------------------------------------------------------------- results
@@ -333,7 +334,8 @@ def table(name, summary):
     f = lambda n: f"{num[n]['mean']:.2f}" if n in num else '-'
     cols = {'mrpc': f('mrpc'), 'cola': f('cola'), 'mnli m/mm': f"{f('mnli-m')}/{f('mnli-mm')}"}
     cols.update({n: f(n) for n in NUMBERS[4:] + (['wnli'] if 'wnli' in num else [])})
-    score = f"{g['mean']:.2f} ({g['std']:.2f})" + ('' if g['complete'] else '*') if 'mean' in g else '-'
+    std = f" ({g['std']:.2f})" if len(g.get('per_seed', {})) > 1 else ''  # one seed has no spread to show
+    score = f"{g['mean']:.2f}{std}" + ('' if g['complete'] else '*') if 'mean' in g else '-'
     lines = ['| model | GLUE | ' + ' | '.join(cols) + ' |', '|---' * (len(cols) + 2) + '|',
              f"| {name} | {score} | " + ' | '.join(cols.values()) + ' |']
     if not g['complete'] and 'mean' in g:
@@ -341,24 +343,27 @@ def table(name, summary):
     return '\n'.join(lines)
 
 
-def save_json(obj, path):
-    with open(path + '.tmp', 'w') as f:
-        json.dump(obj, f, indent=1)
-    os.replace(path + '.tmp', path)  # atomic: an interrupted run never leaves a half-written file
-
-
 def run_glue(ckpt_path, out):
     """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json."""
-    cfg, state, iter_num = load_checkpoint(ckpt_path)
-    os.makedirs(out, exist_ok=True)
+    cfg, state, iter_num = load_pretrained(ckpt_path)
+    lock_dir(out, 'finetune_glue.py')  # one writer per results folder
+    try:
+        return glue_protocol(cfg, state, iter_num, ckpt_path, out)
+    finally:
+        unlock_dir(out)
+
+
+def glue_protocol(cfg, state, iter_num, ckpt_path, out):
     path = os.path.join(out, 'glue_results.json')
     protocol = {**{k: globals()[k] for k in PROTOCOL}, 'data_dir': data_dir and os.path.abspath(data_dir),
                 'init_from': os.path.abspath(ckpt_path), 'iter_num': iter_num}
     res = {'model': f"{cfg.attention_type} {cfg.n_layer}L/{cfg.n_embd}H step {iter_num}", 'protocol': protocol,
            'runs': {}}
     if os.path.exists(path):  # resume, but never mix results of different settings in one file
-        with open(path) as f:
-            res = json.load(f)
+        res = read_json(path, 'GLUE results')
+        if not isinstance(res, dict) or not isinstance(res.get('protocol'), dict) or not isinstance(res.get('runs'), dict):
+            raise SystemExit(f"finetune_glue: {path} is not a glue_results.json of this script; it was left as it is: "
+                             "choose another out_dir")
         if diff := [k for k in protocol if res['protocol'].get(k) != protocol[k]]:
             raise SystemExit(f"finetune_glue: {path} holds results of other settings ({', '.join(diff)} differ); "
                              "use another out_dir or delete that file")
@@ -367,13 +372,16 @@ def run_glue(ckpt_path, out):
             if seed in res['runs'].get(task, {}):
                 print(f"{task} seed {seed}: done already, skipped")
                 continue
-            r = res['runs'].setdefault(task, {})[seed] = finetune(task, task_data(task), int(seed), cfg, state)
+            keep = os.path.join(out, f"{task}_s{seed}.pt") if save_models else None
+            r = finetune(task, task_data(task), int(seed), cfg, state, keep)
+            res['runs'].setdefault(task, {})[seed] = r
             print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
                   + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")
-            save_json({**res, **summarize(res['runs'])}, path)
+            write_json(path, {**res, **summarize(res['runs'])})
     res.update(summarize(res['runs']))
-    save_json(res, path)
+    write_json(path, res)
     print(table(res['model'], res))
+    print(f"results: {path}" + (f"; classifiers: {out}/<task>_s<seed>.pt" if save_models else ""))
     return res
 
 
@@ -384,7 +392,7 @@ def run_benchmark():
                    if (m := re.fullmatch(r'ckpt_(\d+)\.pt', os.path.basename(p))))
     snaps = snaps[::-snapshot_every][::-1]  # every k-th, counted back from the last
     final = os.path.join(benchmark, 'ckpt.pt')
-    final_step = load_checkpoint(final)[2] if os.path.isfile(final) else -1
+    final_step = load_pretrained(final)[2] if os.path.isfile(final) else -1
     if final_step > (snaps[-1][0] if snaps else -1):
         snaps.append((final_step, final))
     if not snaps:
@@ -397,8 +405,8 @@ def run_benchmark():
                         'numbers': {n: v['mean'] for n, v in g['numbers'].items()}})
     target = 0.95 * records[-1]['score']
     step_95 = next((r['step'] for r in records if r['score'] >= target), None)
-    save_json({'records': records, 'final_score': records[-1]['score'], 'target_95': target,
-               'step_95': step_95}, os.path.join(out_dir, 'benchmark.json'))
+    write_json(os.path.join(out_dir, 'benchmark.json'), {'records': records, 'final_score': records[-1]['score'],
+                                                         'target_95': target, 'step_95': step_95, 'tasks': task_list})
     print('| step | score |\n|---|---|\n' + '\n'.join(f"| {r['step']} | {r['score']:.2f} ({r['std']:.2f}) |"
                                                    for r in records))
     print(f"first step at 95% of the final score ({target:.2f}): {step_95}")
@@ -415,17 +423,16 @@ if __name__ == '__main__':  # a script; the tests import its functions
     missing = [p for t in task_list for p in tsv_files(t, data_dir).values() if data_dir and not os.path.isfile(p)]
     if missing:  # now, not hours into the run
         raise SystemExit(f"finetune_glue: missing GLUE files: {', '.join(missing)} (pick tasks with --tasks=...)")
-    device_type = device.split(':')[0]
-    if device_type not in ('cpu', 'cuda') or (device_type == 'cuda' and not torch.cuda.is_available()):
-        raise SystemExit(f"finetune_glue: device {device!r} is not available here: use cpu or cuda[:N] (with a GPU)")
-    if dtype == 'auto':
-        dtype = 'float32' if device_type == 'cpu' else 'bfloat16' if torch.cuda.is_bf16_supported() else 'float16'
-    if dtype not in ('float32', 'bfloat16', 'float16'):
-        raise SystemExit(f"finetune_glue: dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
-    ptdtype = {'float32': torch.float32, 'bfloat16': torch.bfloat16, 'float16': torch.float16}[dtype]
-    ctx = nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type, dtype=ptdtype)
+    if min(epochs, batch_size, max_seq_len, eval_batch_size, snapshot_every) < 1 or not learning_rate > 0 or \
+            not 0 <= warmup_ratio <= 1 or weight_decay < 0 or grad_clip < 0:
+        raise SystemExit("finetune_glue: epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be "
+                         ">= 1, learning_rate > 0, warmup_ratio in [0, 1], weight_decay and grad_clip >= 0")
+    device_type = check_device(device)
+    dtype = resolve_dtype(dtype, device_type)
+    ctx = autocast(device_type, dtype)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if benchmark:
+        lock_dir(out_dir, 'finetune_glue.py --benchmark')
         run_benchmark()
     elif init_from:
         run_glue(init_from, out_dir)

@@ -220,15 +220,18 @@ def save_ckpt(path, iter_num=0, seed=0, **extra):
 
 
 def test_checkpoint_errors_are_one_line(tmp_path):
-    cfg, state, it = fg.load_checkpoint(save_ckpt(tmp_path / 'ok.pt', iter_num=7, optimizer={}, config={'a': 1}))
+    cfg, state, it = fg.load_pretrained(save_ckpt(tmp_path / 'ok.pt', iter_num=7, optimizer={}, config={'a': 1}))
     assert it == 7 and cfg.n_layer == 2 and 'encoder.wte.weight' in state
     (tmp_path / 'junk.pt').write_bytes(b'not a checkpoint')
     torch.save({'model': {}}, tmp_path / 'other.pt')
     torch.save({'model': state, 'model_args': {**TINY, 'n_layer': 3}, 'iter_num': 0}, tmp_path / 'wrong.pt')
-    for name, msg in (('missing.pt', 'no checkpoint file'), ('junk.pt', 'cannot read checkpoint'),
-                      ('other.pt', 'not a train.py checkpoint'), ('wrong.pt', 'weights do not fit model_args')):
+    nan = {**state, 'encoder.ln.weight': state['encoder.ln.weight'] * float('nan')}
+    torch.save({'model': nan, 'model_args': TINY, 'iter_num': 0}, tmp_path / 'nan.pt')
+    for name, msg in (('missing.pt', 'no checkpoint'), ('junk.pt', 'not a readable checkpoint'),
+                      ('other.pt', 'not a train.py checkpoint'), ('wrong.pt', 'do not fit its model_args'),
+                      ('nan.pt', 'non-finite')):
         with pytest.raises(SystemExit, match=msg) as e:
-            fg.load_checkpoint(str(tmp_path / name))
+            fg.load_pretrained(str(tmp_path / name))
         assert '\n' not in str(e.value)
 
 
@@ -280,6 +283,31 @@ def test_end_to_end_learns_and_resumes(tmp_path):
     assert '| original 2L/64H step 0 |' in p.stdout
     p = run(*args, '--seeds=1', '--learning_rate=1e-3')  # other settings must not mix into the same results
     assert p.returncode == 1 and 'learning_rate differ' in p.stderr
+    assert f"results: {out / 'glue_results.json'}" in run(*args, '--seeds=1').stdout
+
+
+def test_nothing_wrong_is_recorded(tmp_path):
+    synthetic(tmp_path / 'glue', 64, 32)
+    ckpt, out = save_ckpt(tmp_path / 'ckpt.pt'), tmp_path / 'out'
+    args = [f'--init_from={ckpt}', f'--data_dir={tmp_path / "glue"}', '--tasks=rte', '--seeds=1', '--epochs=1',
+            f'--out_dir={out}']
+    p = run(*args, '--learning_rate=1e30')  # a diverged fine-tuning: an error, not a score of 50
+    assert p.returncode == 1 and 'the training loss went non-finite; nothing was recorded' in p.stderr
+    assert 'Traceback' not in p.stderr and not (out / 'glue_results.json').exists()
+    (out / 'glue_results.json').write_text('{"protocol": {"epochs": 1}, "runs": {"rte": {"1": ')  # cut short
+    p = run(*args)
+    assert p.returncode == 1 and 'cannot read GLUE results' in p.stderr and 'left as it is' in p.stderr
+    assert (out / 'glue_results.json').read_text().endswith('{"1": ')  # kept, never overwritten
+    p = run(*args, f'--out_dir={tmp_path / "kept"}', '--save_models=True')  # classifiers are kept on request
+    saved = torch.load(tmp_path / 'kept' / 'rte_s1.pt', weights_only=True)
+    assert p.returncode == 0 and saved['num_labels'] == 2 and list(saved['labels']) == ['entailment', 'not_entailment']
+    assert set(saved['model']) >= {'pooler.weight', 'classifier.weight', 'encoder.wte.weight'}
+    sts = tmp_path / 'glue' / 'STS-B' / 'dev.tsv'
+    lines = sts.read_text().split('\n')
+    lines[2] = lines[2].rsplit('\t', 1)[0] + '\tnan'  # a NaN label: refused, naming the line
+    sts.write_text('\n'.join(lines))
+    with pytest.raises(SystemExit, match=r"dev.tsv, line 3: bad label 'nan' \(expected a finite number\)"):
+        fg.read_tsv(str(sts), 'stsb')
 
 
 def test_checkpoint_benchmark(tmp_path):
