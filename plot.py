@@ -1,117 +1,166 @@
 """
-Figures of the paper from this project's logs (matplotlib, an optional dependency: pip install matplotlib).
+Figures from this project's logs. matplotlib is an optional extra: pip install matplotlib.
 
-    python plot.py --runs=out/study_orig,out/study_sym,out/study_pair --out=assets/study
-        Figure 2: eval cross-entropy vs step, one line per run (out_dir/log.jsonl), plus a table of the
-        final eval loss and the first step at which each run reaches `threshold`.
-    python plot.py --benchmarks=out/glue_bench_orig,out/glue_bench_pair --out=assets/study_glue
-        Figure 3: GLUE score vs pre-training step (finetune_glue.py's checkpoint benchmark), with each
-        run's 95%-of-final line.
+    python plot.py --runs=out/tiny_orig,out/tiny_pair --labels=original,pairwise
+        eval loss vs step (the paper's Figure 2), and the plateau diagnostics (attention entropy per layer,
+        representation collapse) when the logs have them. Runs that share a label are seeds of one arm: drawn
+        as their mean with a band from their minimum to their maximum.
+    python plot.py --benchmarks=out-glue/bench_orig,out-glue/bench_pair
+        GLUE score vs pre-training step (Figure 3: finetune_glue.py --benchmark), with each run's 95% line.
 
-Writes <out>_loss.png/.svg and/or <out>_glue.png/.svg, and prints Markdown tables.
+Writes <out>_loss, <out>_diagnostics and <out>_glue (.png and .svg) and prints Markdown tables; by default
+<out> is plot_ in the folder that holds the runs (e.g. out/plot_loss.png).
 """
 import json
 import os
+from collections import defaultdict
 
+import numpy as np
+
+from common import first_step_below, read_evals
+
+# -----------------------------------------------------------------------------
 runs = ""  # comma list of train.py out_dirs (each with log.jsonl)
-benchmarks = ""  # comma list of finetune_glue.py checkpoint-benchmark out_dirs (each with benchmark.json)
-labels = ""  # legend labels, in the order of --runs (and of --benchmarks); default: the folder names
-threshold = 0.0  # eval loss threshold for the "first step reaching it" column; 0 = the worst final loss + 10%
-out = "plot"  # output path prefix
-
-
-def read_evals(run):
-    """[(step, eval loss)] from a run's log.jsonl, or a one-line error."""
-    path = os.path.join(run, "log.jsonl") if os.path.isdir(run) else run
-    try:
-        with open(path) as f:
-            records = [json.loads(line) for line in f if line.strip()]
-    except FileNotFoundError:
-        raise SystemExit(f"plot: no log at {path}: pass train.py out_dirs with --runs=")
-    except json.JSONDecodeError as e:
-        raise SystemExit(f"plot: {path} is not a JSON-lines log ({e})")
-    evals = sorted((r["step"], r["loss"]) for r in records if r.get("type") == "eval")
-    if not evals:
-        raise SystemExit(f"plot: {path} has no eval records: run train.py past its first eval_interval")
-    return evals
-
-
-def first_step_below(evals, level):
-    return next((step for step, loss in evals if loss <= level), None)
+benchmarks = ""  # comma list of finetune_glue.py --benchmark out_dirs (each with benchmark.json)
+labels = ""  # legend labels in the order of --runs (then of --benchmarks); a repeated label groups seeds
+threshold = 0.0  # eval loss of the "first step reaching it" criterion; 0 = the worst final loss + 10%
+out = ""  # output path prefix; '' = <folder holding the first run or benchmark>/plot
+# -----------------------------------------------------------------------------
 
 
 def read_benchmark(run):
-    """[(step, GLUE score)] from a checkpoint benchmark's benchmark.json."""
+    """(points [(step, GLUE score)], step_95, target_95, tasks) from a checkpoint benchmark's benchmark.json."""
     path = os.path.join(run, "benchmark.json") if os.path.isdir(run) else run
     try:
         with open(path) as f:
             bench = json.load(f)
-    except (FileNotFoundError, json.JSONDecodeError) as e:
-        raise SystemExit(f"plot: cannot read a checkpoint benchmark at {path} ({type(e).__name__})")
-    points = sorted((r["step"], r["score"]) for r in bench.get("records", []))
-    if not points:
-        raise SystemExit(f"plot: {path} has no records: run finetune_glue.py --benchmark=<train out_dir> first")
-    return points
+        points = sorted((r["step"], r["score"]) for r in bench["records"])
+        return points, bench["step_95"], bench["target_95"], bench.get("tasks")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"plot: cannot read a checkpoint benchmark at {path} ({type(e).__name__}: {e}): "
+                         "run finetune_glue.py --benchmark=<train out_dir> first")
 
 
-def figure(xlabel, ylabel, title):
-    import matplotlib
+def band(curves, key):
+    """steps, mean, min, max of r[key] over the curves (seeds), at every step that any of them has."""
+    at = defaultdict(list)
+    for c in curves:
+        for r in c:
+            if key(r) is not None:
+                at[r["step"]].append(key(r))
+    steps = sorted(at)
+    v = [np.array(at[s]) for s in steps]
+    return steps, [x.mean() for x in v], [x.min() for x in v], [x.max() for x in v]
 
+
+def draw(ax, curves, key, label, color=None):
+    steps, mean, lo, hi = band(curves, key)
+    line = ax.plot(steps, mean, label=label + (f" (mean of {len(curves)})" if len(curves) > 1 else ""), color=color)[0]
+    if len(curves) > 1:
+        ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+    return line
+
+
+def pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("plot: needs matplotlib, an optional extra: pip install matplotlib")
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=150)
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
-    ax.grid(alpha=0.3)
-    return plt, fig, ax
+    return plt
 
 
-def save(plt, fig, ax, path):
-    ax.legend()
+def save(fig, path):
     fig.tight_layout()
-    for ext in ("png", "svg"):
-        fig.savefig(f"{path}.{ext}")
-    plt.close(fig)
+    try:
+        for ext in ("png", "svg"):
+            fig.savefig(f"{path}.{ext}")
+    except OSError as e:
+        raise SystemExit(f"plot: cannot write {path}.{ext} ({e.strerror or e}): choose another --out")
     print(f"wrote {path}.png and {path}.svg")
 
 
 def main(runs, benchmarks, labels, threshold, out):
     if not runs and not benchmarks:
         raise SystemExit("plot: nothing to plot: pass --runs=DIR,DIR (eval loss) and/or --benchmarks=DIR,DIR (GLUE)")
-    if os.path.dirname(out):
-        os.makedirs(os.path.dirname(out), exist_ok=True)
+    run_dirs, bench_dirs = [d for d in runs.split(",") if d], [d for d in benchmarks.split(",") if d]
     names = [n for n in labels.split(",") if n]
-    if runs:
-        dirs = runs.split(",")
-        curves = {(names[i] if i < len(names) else os.path.basename(os.path.normpath(d))): read_evals(d)
-                  for i, d in enumerate(dirs)}
-        level = threshold or max(c[-1][1] for c in curves.values()) * 1.1
-        plt, fig, ax = figure("step", "eval cross-entropy", "MLM pre-training: evaluation loss")
-        for name, c in curves.items():
-            ax.plot(*zip(*c), label=name)
-        ax.axhline(level, color="gray", ls=":", lw=1)
-        save(plt, fig, ax, f"{out}_loss")
-        reached = {name: first_step_below(c, level) for name, c in curves.items()}
-        fastest = min((s for s in reached.values() if s), default=None)
-        print(f"\n| run | final step | final eval loss | first step with eval loss <= {level:.3f} | vs fastest |")
-        print("|---|---|---|---|---|")
-        for name, c in curves.items():
-            r = reached[name]
-            ratio = f"{r / fastest:.2f}x" if r and fastest else "-"
-            print(f"| {name} | {c[-1][0]} | {c[-1][1]:.4f} | {r if r is not None else 'not reached'} | {ratio} |")
-    if benchmarks:
-        dirs = benchmarks.split(",")
-        plt, fig, ax = figure("pre-training step", "GLUE score", "GLUE score of pre-training checkpoints")
+    name = lambda i, d: names[i] if i < len(names) else os.path.basename(os.path.normpath(d))
+    out = out or os.path.join(os.path.dirname(os.path.normpath((run_dirs or bench_dirs)[0])) or ".", "plot")
+    if os.path.dirname(out):
+        try:
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+        except OSError as e:
+            raise SystemExit(f"plot: cannot create {os.path.dirname(out)} ({e.strerror}): choose another --out")
+    plt = pyplot()
+    if run_dirs:
+        groups = defaultdict(list)  # label -> [eval records of each run]
+        for i, d in enumerate(run_dirs):
+            groups[name(i, d)].append(read_evals(d))
+        level = threshold or max(c[-1]["loss"] for g in groups.values() for c in g) * 1.1
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=150)
+        for label, curves in groups.items():
+            draw(ax, curves, lambda r: r["loss"], label)
+        ax.axhline(level, color="gray", ls=":", lw=1, label=f"criterion: eval loss {level:.2f}")
+        ax.set(xlabel="step", ylabel="eval cross-entropy (nats)", title="MLM pre-training: evaluation loss")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        save(fig, f"{out}_loss")
+        plt.close(fig)
+        reached = {label: [first_step_below(c, level) for c in curves] for label, curves in groups.items()}
+        mean_reached = {k: np.mean(v) if None not in v else None for k, v in reached.items()}
+        fastest = min((s for s in mean_reached.values() if s), default=None)
+        print(f"\n| run | seeds | final step | final eval loss | first step with eval loss <= {level:.3f} | vs fastest |")
+        print("|---|---|---|---|---|---|")
+        for label, curves in groups.items():
+            finals = [c[-1]["loss"] for c in curves]
+            loss = f"{np.mean(finals):.4f}" + (f" ({min(finals):.4f}-{max(finals):.4f})" if len(finals) > 1 else "")
+            steps = ", ".join(str(s) if s is not None else "not reached" for s in reached[label])
+            m = mean_reached[label]
+            ratio = f"{m / fastest:.2f}x" if m and fastest else "-"
+            print(f"| {label} | {len(curves)} | {curves[0][-1]['step']} | {loss} | {steps} | {ratio} |")
+        if any("collapse" in r for g in groups.values() for c in g for r in c):
+            n_layer = max(len(r.get("attn_entropy", [])) for g in groups.values() for c in g for r in c)
+            cols = min(3, n_layer + 1)
+            rows = -(-(n_layer + 1) // cols)
+            fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), dpi=150, squeeze=False)
+            panels = [(f"layer {l + 1}: attention entropy / log(keys)",
+                       lambda r, l=l: r["attn_entropy"][l] if len(r.get("attn_entropy", [])) > l else None)
+                      for l in range(n_layer)]
+            panels.append(("representation collapse: mean cosine", lambda r: r.get("collapse")))
+            for ax, (title, key) in zip(axes.flat, panels):
+                for label, curves in groups.items():
+                    draw(ax, curves, key, label)
+                ax.set_title(title, fontsize=9)
+                ax.set_xlabel("step", fontsize=8)
+                ax.tick_params(labelsize=7)
+                ax.grid(alpha=0.3)
+            for ax in list(axes.flat)[len(panels):]:
+                ax.axis("off")
+            axes.flat[0].legend(fontsize=7)
+            save(fig, f"{out}_diagnostics")
+            plt.close(fig)
+    if bench_dirs:
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=150)
         print("\n| run | final score | 95% of final | first step reaching it |\n|---|---|---|---|")
-        for i, d in enumerate(dirs):
-            name = names[i] if i < len(names) else os.path.basename(os.path.normpath(d))
-            points = read_benchmark(d)
-            final = points[-1][1]
-            line = ax.plot(*zip(*points), marker="o", ms=3, label=name)[0]
-            ax.axhline(0.95 * final, color=line.get_color(), ls=":", lw=1)
-            reached = next(step for step, score in points if score >= 0.95 * final)
-            print(f"| {name} | {final:.2f} | {0.95 * final:.2f} | {reached} |")
-        save(plt, fig, ax, f"{out}_glue")
+        task_sets = set()
+        for i, d in enumerate(bench_dirs):
+            label = name(len(run_dirs) + i, d) if len(names) > len(run_dirs) else name(i, d)
+            points, step_95, target_95, tasks = read_benchmark(d)
+            task_sets.add(tuple(tasks) if tasks else None)
+            line = ax.plot(*zip(*points), marker="o", ms=3, label=label)[0]
+            ax.axhline(target_95, color=line.get_color(), ls=":", lw=1, label=f"95% of {label}'s final score")
+            print(f"| {label} | {points[-1][1]:.2f} | {target_95:.2f} | {step_95} |")
+        tasks = task_sets.pop() if len(task_sets) == 1 else None
+        full = tasks is None or len(tasks) >= 8
+        ax.set(xlabel="pre-training step", ylabel="GLUE score" if full else "mean score of " + ", ".join(tasks),
+               title="GLUE score of pre-training checkpoints" if full else
+               f"GLUE tasks {', '.join(tasks)} (not the GLUE score)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        save(fig, f"{out}_glue")
+        plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Local files are checked against the same SHA-256 hashes that tiktoken pins for t
 """
 import importlib.util
 import os
+import re
 from functools import lru_cache
 
 import tiktoken
@@ -66,3 +67,12 @@ def get_tokenizer():
                             special_tokens=special)
     ids = {tok.strip("[]").lower(): special[tok] for tok in SPECIAL_TOKENS}
     return enc, ids
+
+
+def encode_with_specials(text):
+    """Text written by a person, special tokens included ("The cat [MASK] on the mat.") -> ids, as the model
+    saw such text in training: whitespace before [MASK] is dropped, because the token it hides carries its own
+    leading space (" sat" -> [MASK]); RoBERTa's tokenizer does the same. Documents never go through here:
+    prepare_oscar.py uses encode_ordinary, so a '[MASK]' written in a document stays text."""
+    enc, _ = get_tokenizer()
+    return enc.encode(re.sub(r"\s+(?=\[MASK\])", "", text), allowed_special="all")

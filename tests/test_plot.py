@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -6,40 +7,84 @@ import pytest
 
 import plot
 
-pytest.importorskip("matplotlib")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def write_log(path, evals):
+def write_log(path, evals, diag=False, tail=""):
     path.mkdir()
     with open(path / "log.jsonl", "w") as f:
         f.write(json.dumps({"type": "train", "step": 1, "loss": 11.0, "lr": 0.0, "tokens_per_s": 1.0}) + "\n")
         for step, loss in evals:
-            f.write(json.dumps({"type": "eval", "step": step, "loss": loss, "accuracy": 0.1}) + "\n")
+            extra = {"attn_entropy": [0.99 - step / 100, 0.98], "collapse": 0.9 - step / 100} if diag else {}
+            f.write(json.dumps({"type": "eval", "step": step, "loss": loss, "accuracy": 0.1, **extra}) + "\n")
+        f.write(tail)
+
+
+def bench_json(path, tasks):
+    path.mkdir()
+    records = [{"step": 10, "score": 50.0}, {"step": 20, "score": 70.0}, {"step": 30, "score": 72.0}]
+    (path / "benchmark.json").write_text(json.dumps({"records": records, "final_score": 72.0, "target_95": 68.4,
+                                                     "step_95": 20, "tasks": tasks}))
+
+
+def run_plot(*args):
+    return subprocess.run([sys.executable, "plot.py", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 def test_plot_writes_figures_and_table(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
     write_log(tmp_path / "orig", [(0, 10.8), (10, 9.0), (20, 7.5), (30, 6.0)])
-    write_log(tmp_path / "pair", [(0, 10.8), (10, 7.4), (20, 6.2), (30, 5.8)])
-    bench = tmp_path / "bench_pair"
-    bench.mkdir()
-    (bench / "benchmark.json").write_text(json.dumps({"records": [{"step": 10, "score": 50.0},
-                                                                  {"step": 20, "score": 70.0},
-                                                                  {"step": 30, "score": 72.0}]}))
+    write_log(tmp_path / "pair", [(0, 10.8), (10, 7.4), (20, 6.2), (30, 5.8)], tail='{"type": "eval", "st')
+    bench_json(tmp_path / "bench_pair", ["rte", "stsb"])
     out = tmp_path / "fig" / "study"
-    plot.main(f"{tmp_path}/orig,{tmp_path}/pair", str(bench), "original,pairwise", 7.5, str(out))
+    plot.main(f"{tmp_path}/orig,{tmp_path}/pair", str(tmp_path / "bench_pair"), "original,pairwise", 7.5, str(out))
     for name in ("study_loss.png", "study_loss.svg", "study_glue.png", "study_glue.svg"):
         assert (tmp_path / "fig" / name).stat().st_size > 1000
     assert (tmp_path / "fig" / "study_loss.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (tmp_path / "fig" / "study_diagnostics.png").exists()  # these logs have no diagnostics
     text = capsys.readouterr().out
-    assert "| original | 30 | 6.0000 | 20 | 2.00x |" in text  # reaches 7.5 at step 20, pairwise at 10
-    assert "| pairwise | 30 | 5.8000 | 10 | 1.00x |" in text
-    assert "| original | 72.00 | 68.40 | 20 |" in text  # first step with score >= 95% of the final one
+    assert "| original | 1 | 30 | 6.0000 | 20 | 2.00x |" in text  # reaches 7.5 at step 20, pairwise at 10
+    assert "| pairwise | 1 | 30 | 5.8000 | 10 | 1.00x |" in text  # (its half-written last line is skipped)
+    assert "| original | 72.00 | 68.40 | 20 |" in text  # the benchmark's own 95% step
+    svg = (tmp_path / "fig" / "study_loss.svg").read_text()
+    assert "criterion: eval loss 7.50" in svg  # the threshold has a legend entry
+    glue = (tmp_path / "fig" / "study_glue.svg").read_text()
+    assert "95% of original" in glue and "rte, stsb (not the GLUE score)" in glue
 
 
-def test_plot_rejects_log_without_eval_records(tmp_path):
-    write_log(tmp_path / "run", [])
-    p = subprocess.run([sys.executable, "plot.py", f"--runs={tmp_path}/run", f"--out={tmp_path}/x"],
-                       capture_output=True, text=True, cwd=plot.os.path.dirname(plot.os.path.abspath(plot.__file__)))
-    assert p.returncode != 0
-    assert "has no eval records" in p.stderr and "Traceback" not in p.stderr
-    assert not (tmp_path / "x_loss.png").exists()
+def test_seeds_of_one_label_are_a_band_and_diagnostics_are_drawn(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    for name, shift in (("a1", 0.0), ("a2", 0.4), ("b1", -1.0)):
+        write_log(tmp_path / name, [(0, 10.0 + shift), (10, 8.0 + shift), (20, 6.0 + shift)], diag=True)
+    plot.main(f"{tmp_path}/a1,{tmp_path}/a2,{tmp_path}/b1", "", "arm A,arm A,arm B", 7.0, "")
+    text = capsys.readouterr().out
+    assert "| arm A | 2 | 20 | 6.2000 (6.0000-6.4000) | 20, 20 | 2.00x |" in text  # mean and range over seeds
+    assert "| arm B | 1 | 20 | 5.0000 | 10 | 1.00x |" in text
+    svg = (tmp_path / "plot_loss.svg").read_text()  # default: next to the runs
+    assert "arm A (mean of 2)" in svg and "arm B" in svg
+    diag = (tmp_path / "plot_diagnostics.svg").read_text()
+    assert "layer 2: attention entropy" in diag and "representation collapse" in diag
+
+
+def test_bad_inputs_are_one_line(tmp_path):
+    write_log(tmp_path / "empty", [])
+    write_log(tmp_path / "broken", [(0, 10.0)], tail='{"type": "eval", "step": 5}\n{"type": "eval"')
+    write_log(tmp_path / "ok", [(0, 10.0), (5, 9.0)])
+    (tmp_path / "file").write_text("x")
+    for args, msg in (([f"--runs={tmp_path}/empty"], "has no eval records"),
+                      ([f"--runs={tmp_path}/missing"], "cannot read"),
+                      ([f"--runs={tmp_path}/broken"], "line 3: an eval record needs a step and a finite loss"),
+                      ([f"--runs={tmp_path}/ok", f"--out={tmp_path}/file/fig"], "cannot create"),
+                      ([f"--benchmarks={tmp_path}/ok"], "cannot read a checkpoint benchmark")):
+        p = run_plot(*args)
+        assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+    assert not list(tmp_path.glob("**/*.png"))
+
+
+def test_missing_matplotlib_is_one_line(tmp_path):
+    write_log(tmp_path / "ok", [(0, 10.0), (5, 9.0)])
+    code = ("import sys; sys.modules['matplotlib'] = None; sys.argv = ['plot.py', '--runs=" + str(tmp_path / "ok")
+            + "']; import runpy; runpy.run_path('plot.py', run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 1 and "plot: needs matplotlib" in p.stderr and "pip install matplotlib" in p.stderr
+    assert "Traceback" not in p.stderr

@@ -1,0 +1,70 @@
+"""
+Fill in [MASK] tokens with a trained model: a quick look at what it has learnt.
+
+    python sample.py --init_from=out/tiny_pair/ckpt.pt --text="The [MASK] of a river is its mouth."
+    python sample.py --init_from=out/base_pair/ckpt.pt --text="Paris is the [MASK] of France." --top_k=10
+
+Prints, for each [MASK], the top_k tokens with their probabilities, then the text with the most likely ones
+filled in. A [MASK] stands for one GPT-2 token, which carries its own leading space: " [MASK]" reads as
+"[MASK]" (tokenizer.encode_with_specials).
+"""
+import torch
+
+from common import check_device, load_checkpoint
+from model import Bert, BertConfig
+from tokenizer import encode_with_specials, get_tokenizer
+
+# -----------------------------------------------------------------------------
+init_from = ''  # a train.py checkpoint: out_dir/ckpt.pt or a snapshot
+text = ''  # text with one or more [MASK] in it
+top_k = 5  # candidates shown per [MASK]
+device = 'cpu'  # cpu, cuda or mps
+# -----------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def fill(model, text, top_k):
+    """[(position, [(token text, probability)] * top_k)] for each [MASK] of the text, and the text filled in."""
+    enc, sp = get_tokenizer()
+    ids = [sp['cls'], *encode_with_specials(text), sp['sep']]
+    if sp['mask'] not in ids:
+        raise SystemExit("sample: the text has no [MASK] to fill in, e.g. --text=\"The [MASK] sat on the mat.\"")
+    if len(ids) > model.config.block_size:
+        raise SystemExit(f"sample: the text is {len(ids)} tokens with [CLS] and [SEP]; the model reads at most "
+                         f"{model.config.block_size}")
+    x = torch.tensor([ids], device=next(model.parameters()).device)
+    probs = model(x)[0][0].float().softmax(-1)
+    probs[:, len(enc._mergeable_ranks):] = 0  # never propose [PAD] [CLS] ... or the unused padded ids
+    show = lambda i: enc.decode_single_token_bytes(i).decode('utf-8', 'replace')
+    found, filled = [], list(ids)
+    for pos in [i for i, t in enumerate(ids) if t == sp['mask']]:
+        p, top = probs[pos].topk(top_k)
+        found.append((pos, [(show(i), v) for i, v in zip(top.tolist(), p.tolist())]))
+        filled[pos] = top[0].item()
+    return found, enc.decode(filled[1:-1])
+
+
+def main():
+    if not init_from:
+        raise SystemExit("sample: set --init_from=<a train.py checkpoint> and --text=\"... [MASK] ...\"")
+    ck = load_checkpoint(init_from)
+    if 'num_labels' in ck:
+        raise SystemExit(f"sample: {init_from} is a fine-tuned classifier; sample.py needs a pre-trained (MLM) one")
+    if top_k < 1:
+        raise SystemExit(f"sample: top_k must be >= 1, got {top_k}")
+    model = Bert(BertConfig(**ck['model_args']))
+    model.load_state_dict(ck['model'])
+    model.to(device).eval()
+    found, filled = fill(model, text, top_k)
+    print(f"{ck['model_args']['attention_type']} BERT, step {ck['iter_num']}: {text}")
+    for n, (_, cands) in enumerate(found, 1):
+        print(f"[MASK] {n}: " + " | ".join(f"{tok!r} {p:.1%}" for tok, p in cands))
+    print(f"filled in: {filled}")
+
+
+if __name__ == '__main__':
+    from configurator import configure
+
+    configure(globals())
+    check_device(device)
+    main()

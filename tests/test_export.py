@@ -1,0 +1,131 @@
+"""export_hf.py: every paper operator becomes a stock Hugging Face BERT that predicts what ours predicts."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import export_hf
+from common import atomic_write
+from model import Bert, BertClassifier, BertConfig
+from tokenizer import encode_with_specials, get_tokenizer
+
+transformers = pytest.importorskip("transformers")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(n_layer=2, n_head=2, n_embd=32, n_inner=64, block_size=64)
+
+
+def perturbed(model):
+    """Random biases and LayerNorm parameters, so that the comparison exercises every tensor; S stays N(0, 1)
+    and so is far from symmetric: an orientation mistake cannot pass."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def write_export(ck, out):
+    os.makedirs(out)
+    for name, write in export_hf.export(ck, out).items():
+        atomic_write(os.path.join(out, name), write)
+    return str(out)
+
+
+def inputs():
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 50257, (3, 24), generator=g)
+    mask = torch.ones(3, 24, dtype=torch.long)
+    mask[1, 17:], mask[2, 5:] = 0, 0  # padding
+    return idx, mask, torch.randint(0, 2, (3, 24), generator=g)
+
+
+@pytest.mark.parametrize("attention_type", ["original", "symmetric", "pairwise"])
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+def test_exported_masked_lm_gives_our_logits(tmp_path, attention_type, dtype, tol):
+    torch.manual_seed(1)
+    ours = perturbed(Bert(BertConfig(**TINY, attention_type=attention_type))).to(dtype)
+    if attention_type == "pairwise":
+        S = ours.encoder.layers[0].attn.S
+        assert (S - S.transpose(-1, -2)).abs().max() > 1.0  # not symmetric
+    out = write_export({"model": ours.state_dict(), "model_args": vars(ours.config), "iter_num": 0}, tmp_path / "hf")
+    hf, info = transformers.AutoModelForMaskedLM.from_pretrained(out, dtype=dtype, output_loading_info=True)
+    assert type(hf).__name__ == "BertForMaskedLM" and not info["missing_keys"] and not info["unexpected_keys"]
+    hf.eval()
+    idx, mask, types = inputs()
+    with torch.no_grad():
+        a = ours(idx, attention_mask=mask, token_type_ids=types)[0]
+        b = hf(input_ids=idx, attention_mask=mask, token_type_ids=types).logits
+    assert b.dtype == dtype
+    torch.testing.assert_close(b[mask.bool()], a[mask.bool()], atol=tol, rtol=tol)  # padded rows mean nothing
+
+
+def test_exported_tokenizer_gives_our_ids(tmp_path):
+    import finetune_glue as fg
+    model = Bert(BertConfig(**TINY))
+    out = write_export({"model": model.state_dict(), "model_args": vars(model.config), "iter_num": 0}, tmp_path / "hf")
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    _, sp = get_tokenizer()
+    assert (tok.mask_token_id, tok.pad_token_id, tok.cls_token_id, tok.sep_token_id) == (
+        sp["mask"], sp["pad"], sp["cls"], sp["sep"])
+    texts = ["The cat [MASK] on the mat.", "  leading,  trailing  \n\n", "Ünïcödé — 日本語 \u2028 🤖 \u200b x",
+             "a [CLS] b [SEP] c [PAD] d<|endoftext|>e[MASK]", "tabs\tand\r\nCRLF  [MASK]\n[MASK]", "I'll've 1234567 x"]
+    for text in texts:
+        assert tok(text)["input_ids"] == [sp["cls"], *encode_with_specials(text), sp["sep"]], text
+    rows = [("A man is playing a guitar.", "Someone plays music — ünïcode.", 0)]  # a GLUE pair, as we encode it
+    ours = fg.encode(rows, 128)
+    theirs = tok(rows[0][0], rows[0][1])
+    assert theirs["input_ids"] == ours["tok"][0].tolist()
+    assert theirs["token_type_ids"] == [0] * ours["first"][0] + [1] * (ours["len"][0] - ours["first"][0])
+
+
+@pytest.mark.parametrize("num_labels,labels", [(3, ["entailment", "neutral", "contradiction"]), (1, None)])
+def test_exported_classifier_gives_our_logits(tmp_path, num_labels, labels):
+    torch.manual_seed(2)
+    cfg = BertConfig(**TINY, attention_type="pairwise")
+    ours = perturbed(BertClassifier(cfg, num_labels))
+    ck = {"model": ours.state_dict(), "model_args": vars(cfg), "task": "mnli" if labels else "stsb",
+          "num_labels": num_labels, "labels": labels, "seed": 1}
+    out = write_export(ck, tmp_path / "hf")
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    assert type(hf).__name__ == "BertForSequenceClassification" and hf.config.num_labels == num_labels
+    assert hf.config.problem_type == ("regression" if num_labels == 1 else "single_label_classification")
+    if labels:
+        assert [hf.config.id2label[i] for i in range(3)] == labels
+    idx, mask, types = inputs()
+    with torch.no_grad():
+        a = ours(idx, attention_mask=mask, token_type_ids=types)[0]
+        b = hf(input_ids=idx, attention_mask=mask, token_type_ids=types).logits
+    torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+
+
+def test_command_line_refuses_and_fill_mask_works(tmp_path):
+    def export(*args):
+        return subprocess.run([sys.executable, "export_hf.py", *args], cwd=ROOT, capture_output=True, text=True)
+
+    for kw in (dict(attention_type="additive"), dict(attention_type="hybrid"), dict(sub_ln=True)):
+        cfg = BertConfig(**TINY, **kw)
+        torch.save({"model": Bert(cfg).state_dict(), "model_args": vars(cfg), "iter_num": 0}, tmp_path / "x.pt")
+        p = export(f"--init_from={tmp_path / 'x.pt'}", f"--out_dir={tmp_path / 'x'}")
+        assert p.returncode == 1 and "has no stock Hugging Face equivalent" in p.stderr and "Traceback" not in p.stderr
+        assert not (tmp_path / "x" / "config.json").exists()
+    torch.manual_seed(3)
+    model = perturbed(Bert(BertConfig(**TINY, attention_type="symmetric")))
+    torch.save({"model": model.state_dict(), "model_args": vars(model.config), "iter_num": 9}, tmp_path / "ok.pt")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    p = export(f"--init_from={tmp_path / 'ok.pt'}", f"--out_dir={tmp_path / 'full'}")
+    assert p.returncode == 1 and "is not empty" in p.stderr and (tmp_path / "full" / "notes.txt").read_text() == "mine"
+    p = export(f"--init_from={tmp_path / 'ok.pt'}", f"--out_dir={tmp_path / 'hf'}")
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors", "tokenizer.json",
+                                                   "tokenizer_config.json"]
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
+    fill = transformers.pipeline("fill-mask", model=str(tmp_path / "hf"), top_k=3)
+    got = fill("The river [MASK] into the sea.")
+    import sample
+    found, _ = sample.fill(model, "The river [MASK] into the sea.", 3)
+    assert [g["token"] for g in got] == [get_tokenizer()[0].encode_single_token(t.encode()) for t, _ in found[0][1]]
+    assert [g["score"] for g in got] == pytest.approx([p for _, p in found[0][1]], rel=1e-4)
