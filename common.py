@@ -10,6 +10,7 @@ import os
 import socket
 from contextlib import nullcontext
 
+import numpy as np
 import torch
 
 from model import Bert, BertClassifier, BertConfig
@@ -81,12 +82,30 @@ def optimizer_step(optimizer, scaler, params, grad_clip):
     optimizer.zero_grad(set_to_none=True)
 
 
-def compile_model(model, device_type):
+def compile_model(model, device_type, batch=None, ctx=nullcontext()):
+    """torch.compile. Compiling is lazy, so with a batch (inputs, targets, positions) it is tried at once on one
+    forward and backward: a compiler that is missing or fails is then one line here, and the eager model is
+    returned, instead of a traceback at the first step (torch._dynamo's suppress_errors does not cover a missing
+    C++ compiler). The trial's gradients are dropped; it draws from the RNG (dropout)."""
     if device_type == "cpu":  # dropout from ATen's RNG inside compiled graphs: ~7% faster steps on CPU
         import torch._inductor.config
 
         torch._inductor.config.fallback_random = True
-    return torch.compile(model)
+    compiled = torch.compile(model)
+    if batch is None:
+        return compiled
+    try:
+        with ctx:  # the autocast of the run: the graph compiled here is the one the steps use
+            loss = compiled(*batch)[1]
+        loss.backward()
+    except torch.OutOfMemoryError:
+        raise
+    except Exception as e:
+        print(f"torch.compile failed ({oneline(e)[:160]}); running eagerly", flush=True)
+        return model
+    finally:
+        model.zero_grad(set_to_none=True)
+    return compiled
 
 
 def gpu_peak_flops(name):
@@ -169,6 +188,34 @@ def load_checkpoint(path, resume=False):
         raise SystemExit(f"{path} is a model-only snapshot: it cannot be resumed (no optimizer state), but it can be "
                          "fine-tuned (finetune_glue.py --init_from=) or exported (export_hf.py --init_from=)")
     return ck
+
+
+def load_dataset(data_dir, vocab_size, block_size):
+    """(train, val, meta) of a prepare_oscar.py dataset: (N, block_size) uint16 memmaps, after checking every number
+    the run relies on (meta.json, the model, the files' sizes) before any compute. Any problem: one line."""
+    path = os.path.join(data_dir, "meta.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"no dataset in {data_dir}: make it with `python prepare_oscar.py --source=... "
+                         f"--out_dir={data_dir}` (the built-in corpus: `python prepare_oscar.py`)")
+    meta, rebuild = read_json(path, "dataset metadata"), "rebuild it with prepare_oscar.py ... --overwrite=True"
+    try:
+        meta["special"]["mask"], min(meta["special"].values())
+        if meta["vocab_size"] != vocab_size or meta["block_size"] % block_size:
+            raise SystemExit(f"{data_dir} was made for vocab_size {meta['vocab_size']} and blocks of "
+                             f"{meta['block_size']}; the model has vocab_size {vocab_size} and block_size {block_size}, "
+                             "which must divide the dataset's block size")
+        data = []
+        for split in ("train", "val"):
+            file, want = os.path.join(data_dir, f"{split}.bin"), meta[f"{split}_blocks"] * meta["block_size"] * 2
+            size = os.path.getsize(file) if os.path.exists(file) else None
+            if size != want or want == 0 or meta.get("dtype", "uint16") != "uint16":
+                raise SystemExit(f"{file} has {'no file:' if size is None else size} bytes, meta.json says {want} "
+                                 f"({meta[f'{split}_blocks']} blocks of {meta['block_size']} uint16 tokens): the "
+                                 f"dataset is incomplete or corrupt; {rebuild}")
+            data.append(np.memmap(file, dtype=np.uint16, mode="r").reshape(-1, block_size))
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+        raise SystemExit(f"{path} is incomplete ({oneline(e)}); {rebuild}")
+    return data[0], data[1], meta
 
 
 _held = {}  # out_dir -> file descriptor of its lock, held until the process exits

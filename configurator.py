@@ -115,3 +115,11 @@ def configure(g, argv=None, given=None):
             g[key] = _check(key, value, defaults, f"--{key}")
             given.add(key)
     return {k: g[k] for k in defaults}  # the effective configuration, e.g. for logging and checkpoints
+
+
+def check(script, *rules):
+    """Validate a script's configuration once, right after it is parsed: rules are (ok, message) pairs; the
+    failed ones are reported together in one line."""
+    failed = [msg for ok, msg in rules if not ok]
+    if failed:
+        raise SystemExit(f"{script}: " + "; ".join(failed))

@@ -32,9 +32,9 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from common import (all_finite, atomic_write, autocast, check_device, compile_model, gpu_peak_flops,  # noqa: E402
-                    linear_schedule, load_checkpoint, lock_dir, mask_tokens, optimizer_step, read_json, resolve_dtype,
-                    save_checkpoint)
-from configurator import configure  # noqa: E402
+                    linear_schedule, load_checkpoint, load_dataset, lock_dir, mask_tokens, optimizer_step,
+                    resolve_dtype, save_checkpoint)
+from configurator import check, configure  # noqa: E402
 from model import Bert, BertConfig, diagnostics  # noqa: E402
 
 # -----------------------------------------------------------------------------
@@ -79,31 +79,18 @@ given = set()  # the keys set by config files or --key=value
 config = configure(globals(), given=given)
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "n_inner", "block_size", "dropout", "attention_type",
               "hybrid_pattern", "sub_ln", "s_init_std", "symmetric_init")
-problems = [msg for ok, msg in (
-    (init_from in ("scratch", "resume"), f"init_from must be 'scratch' or 'resume', got {init_from!r}"),
-    (min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, max_iters) >= 1,
-     "batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval and max_iters must be >= 1"),
-    (0 < mask_prob < 1, f"mask_prob must be in (0, 1), got {mask_prob}"),
-    (0 <= dropout < 1, f"dropout must be in [0, 1), got {dropout}"),
-    (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1,
-     "learning_rate and eps must be > 0, weight_decay and grad_clip >= 0, beta1 and beta2 in [0, 1)"),
-    (warmup_iters >= 0 and checkpoint_interval >= 0, "warmup_iters and checkpoint_interval must be >= 0"),
-) if not ok]
-if problems:
-    raise SystemExit("train: " + "; ".join(problems))
-
-
-
-def _one_line_oom(kind, value, tb):  # anywhere below: too big a batch for the GPU is one line, not a traceback
-    if issubclass(kind, torch.OutOfMemoryError):
-        print(f"train: out of GPU memory at batch_size {batch_size}: lower it and raise gradient_accumulation_steps "
-              "(the global batch stays the same)", file=sys.stderr)
-    else:
-        sys.__excepthook__(kind, value, tb)
-
-
-sys.excepthook = _one_line_oom
-
+check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch' or 'resume', got {init_from!r}"),
+      (min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, max_iters) >= 1,
+       "batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval and max_iters must be >= 1"),
+      (0 < mask_prob < 1, f"mask_prob must be in (0, 1), got {mask_prob}"),
+      (0 <= dropout < 1, f"dropout must be in [0, 1), got {dropout}"),
+      (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1,
+       "learning_rate and eps must be > 0, weight_decay and grad_clip >= 0, beta1 and beta2 in [0, 1)"),
+      (warmup_iters >= 0 and checkpoint_interval >= 0, "warmup_iters and checkpoint_interval must be >= 0"))
+sys.excepthook = lambda kind, value, tb: print(  # too big a batch for the GPU: one line, not a traceback
+    f"train: out of GPU memory at batch_size {batch_size}: lower it and raise gradient_accumulation_steps (the "
+    "global batch stays the same)", file=sys.stderr) if issubclass(kind, torch.OutOfMemoryError) else \
+    sys.__excepthook__(kind, value, tb)
 out_dir = os.path.abspath(out_dir)
 ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
 if init_from == "scratch" and os.path.exists(ckpt_path):  # the same finished run again (a re-run quick start)?
@@ -162,30 +149,11 @@ if n_mask < 1:
     raise SystemExit(f"train: mask_prob {mask_prob} x block_size {block_size} predicts no token: raise mask_prob")
 
 data_dir = dataset if os.sep in dataset else os.path.join("data", dataset)
-meta = read_json(os.path.join(data_dir, "meta.json"), "dataset metadata") if os.path.exists(
-    os.path.join(data_dir, "meta.json")) else None
-if meta is None:
-    raise SystemExit(f"train: no dataset in {data_dir}: make it with `python prepare_oscar.py --source=... "
-                     f"--out_dir={data_dir}` (the built-in corpus: `python prepare_oscar.py`)")
-try:  # every number the run relies on, checked against the model and the files before any compute
-    n_ordinary, mask_id, meta_block = min(meta["special"].values()), meta["special"]["mask"], meta["block_size"]
-    if meta["vocab_size"] != model_args["vocab_size"] or meta_block % block_size:
-        raise SystemExit(f"train: {data_dir} was made for vocab_size {meta['vocab_size']} and blocks of {meta_block}; "
-                         f"the model has vocab_size {model_args['vocab_size']} and block_size {block_size}, which must "
-                         "divide the dataset's block size")
-    data = {}
-    for split in ("train", "val"):
-        path, want = os.path.join(data_dir, f"{split}.bin"), meta[f"{split}_blocks"] * meta_block * 2
-        size = os.path.getsize(path) if os.path.exists(path) else None
-        if size != want or want == 0 or meta.get("dtype", "uint16") != "uint16":
-            raise SystemExit(f"train: {path} has {size if size is not None else 'no file:'} bytes, meta.json says "
-                             f"{want} ({meta[f'{split}_blocks']} blocks of {meta_block} uint16 tokens): the dataset "
-                             "is incomplete or corrupt; rebuild it with prepare_oscar.py ... --overwrite=True")
-        data[split] = np.memmap(path, dtype=np.uint16, mode="r").reshape(-1, block_size)
-except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
-    raise SystemExit(f"train: {data_dir}/meta.json is incomplete ({type(e).__name__}: {e}); rebuild the dataset "
-                     "with prepare_oscar.py ... --overwrite=True")
-train_data, val_data = data["train"], data["val"]
+try:
+    train_data, val_data, meta = load_dataset(data_dir, model_args["vocab_size"], block_size)
+except SystemExit as e:
+    raise SystemExit(f"train: {e}")
+n_ordinary, mask_id = min(meta["special"].values()), meta["special"]["mask"]
 if len(train_data) < batch_size:
     raise SystemExit(f"train: {data_dir} has {len(train_data)} train blocks of {block_size}: prepare more data or use "
                      f"a batch_size <= {len(train_data)}")
@@ -212,11 +180,7 @@ if ckpt is not None:
     if scaler.is_enabled() and ckpt.get("scaler"):  # empty when the run was not fp16
         scaler.load_state_dict(ckpt["scaler"])
     iter_num = ckpt["iter_num"]
-    rng = ckpt["rng"][rank] if len(ckpt["rng"]) == world else None
-    if rng is not None:  # the exact RNG state of the interrupted run, for a bit-exact continuation
-        torch.set_rng_state(rng["cpu"])
-        if device_type == "cuda" and rng.get("cuda") is not None:
-            torch.cuda.set_rng_state(rng["cuda"])
+    rng = ckpt["rng"][rank] if len(ckpt["rng"]) == world else None  # restored after compiling, which draws from it
     changed = [f"{k} {ckpt['config'].get(k)!r} -> {config[k]!r}" for k in ("dataset", "batch_size",
                "gradient_accumulation_steps", "max_iters", "learning_rate", "warmup_iters", "mask_prob", "seed",
                "dtype") if ckpt["config"].get(k) != config[k]]
@@ -226,7 +190,6 @@ if ckpt is not None:
             print(f"resuming with changed settings ({', '.join(changed)}): not an exact continuation", flush=True)
         if rng is None:
             print(f"resuming with {world} processes instead of {len(ckpt['rng'])}: dropout RNG re-seeded", flush=True)
-    del ckpt
 if master:
     n_params = sum(p.numel() for p in raw_model.parameters())
     print(f"{model_args['attention_type']} BERT, {n_params / 1e6:.2f}M parameters; {len(train_data):,} train / "
@@ -270,7 +233,7 @@ def evaluate():
     for x, y, pos in eval_batches[rank::world]:
         x, y, pos = x.to(device), y.to(device), pos.to(device)
         with ctx:
-            logits, loss = eval_model(x, y, pos)
+            logits, loss = (model.module if ddp else model)(x, y, pos)  # no DDP wrapper: no gradient sync
         t = y.view(-1)[pos]
         n = (t != -100).sum()
         correct = ((logits.argmax(-1) == t) & (t != -100)).sum()
@@ -282,16 +245,22 @@ def evaluate():
     return (stats[0] / stats[2]).item(), (stats[1] / stats[2]).item(), diag
 
 
-# ---- compile (lazily, at the first step; falls back to eager if the compiler fails) and DDP ----
-model = raw_model
+# ---- compile (tried at once: a failing compiler is one line, then eager), the exact RNG state, DDP ----
 if compile:
-    import torch._dynamo
-
-    torch._dynamo.config.suppress_errors = True  # a compiler that fails: a warning, then eager
-    model = compile_model(raw_model, device_type)
-eval_model = model  # without DDP's wrapper: no gradient sync to set up
+    if master:
+        print("compiling the model (torch.compile): the first step takes a while", flush=True)
+    model = compile_model(raw_model, device_type, get_batch(iter_num, 0), ctx)
+else:
+    model = raw_model
+torch.manual_seed(seed + rank)  # dropout: the same stream whether or not a compile trial drew from it
+if ckpt is not None and rng is not None:  # the RNG state of the interrupted run, for a bit-exact continuation
+    torch.set_rng_state(rng["cpu"])
+    if device_type == "cuda" and rng.get("cuda") is not None:
+        torch.cuda.set_rng_state(rng["cuda"])
+del ckpt
 if ddp:
     model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
+
 
 # ---- records: a JSON-lines log (kept up to the resumed step) and optional wandb ----
 if master:
@@ -354,8 +323,6 @@ peak = peak_flops or (gpu_peak_flops(torch.cuda.get_device_name()) if device_typ
 tokens_per_step = batch_size * block_size * gradient_accumulation_steps
 bar = tqdm(total=max_iters, initial=iter_num, disable=not (master and sys.stderr.isatty()), dynamic_ncols=True)
 say = bar.write if not bar.disable else lambda s: print(s, flush=True)  # live bar on a terminal; lines in a log file
-if master and compile:
-    say("compiling the model (torch.compile): the first step takes a while")
 x, y, pos = get_batch(iter_num, 0)
 start_iter, stopping, eval_loss, eval_acc = iter_num, 0, None, None
 t0, t0_iter = time.time(), iter_num
@@ -433,7 +400,7 @@ if ddp:
 if stopping:
     sys.exit(128 + stopping)  # a scheduler can tell a pre-empted run from a finished one
 if master:
-    rel = os.path.relpath(out_dir)
+    rel = os.path.relpath(out_dir) if not os.path.relpath(out_dir).startswith("..") else out_dir
     n_snap = len(os.listdir(os.path.join(out_dir, "snapshots")))
     print(f"done: step {iter_num}" + (f", eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}" if eval_loss else "")
           + f". In {rel}/: ckpt.pt (the full state), log.jsonl (the curves), snapshots/ ({n_snap} model-only)."

@@ -331,3 +331,18 @@ def test_help_lists_every_setting():
     want = re.findall(r"^(\w+(?:, \w+)*) = ", block, re.M)
     assert keys == [k for names in want for k in names.split(", ")]
     assert "  --mask_prob=0.15" in p.stdout and "fraction of each sequence's tokens that is predicted" in p.stdout
+
+
+def test_a_failing_compiler_is_one_line_then_eager(data_dir, tmp_path):
+    bin_dir = tmp_path / "bin"  # C and C++ compilers that always fail, first on the PATH
+    bin_dir.mkdir()
+    for cc in ("g++", "gcc", "c++", "cc"):
+        (bin_dir / cc).write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / cc).chmod(0o755)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{bin_dir}:{os.environ['PATH']}", "CXX": str(bin_dir / "g++")}
+    p = subprocess.run([sys.executable, "train.py", *TINY, "--compile=True", f"--dataset={data_dir}",
+                        f"--out_dir={tmp_path}/run", "--max_iters=2", "--eval_interval=2"], cwd=ROOT, env=env,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "compiling the model" in p.stdout and "torch.compile failed (" in p.stdout and "running eagerly" in p.stdout
+    assert "Traceback" not in p.stderr and "done: step 2" in p.stdout
