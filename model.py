@@ -97,12 +97,11 @@ class SelfAttention(nn.Module):
             # backward is ~100x slower on CPU
         return q, k
 
-    def forward(self, x, mask=None, rows=None):
-        """rows: flat indices into the B*T positions; when given, only those rows are output."""
+    def forward(self, x, mask=None):
         B, T, C = x.shape
         y = F.scaled_dot_product_attention(*self.qk(x), self.heads(self.value(x)), attn_mask=mask,
                                            dropout_p=self.dropout if self.training else 0.0)
-        return self.out(self.sub_ln(select(y.transpose(1, 2).reshape(B, T, C), rows)))
+        return self.out(self.sub_ln(y.transpose(1, 2).reshape(B, T, C)))
 
     def attention_probs(self, x, mask=None):
         """[(B, nh, T, T) attention probabilities], for diagnostics (the fused kernel never forms them)."""
@@ -146,10 +145,10 @@ class AdditiveAttention(nn.Module):
         u = (beta * p).sum(dim=2, keepdim=True) * heads(self.value(x))  # k_g * v_i
         return u, q, [alpha, beta]
 
-    def forward(self, x, mask=None, rows=None):
+    def forward(self, x, mask=None):
         B, T, C = x.shape
         u, q, _ = self.attend(x, mask)
-        return self.out(self.sub_ln(select(u.transpose(1, 2).reshape(B, T, C), rows))) + select(q, rows)
+        return self.out(self.sub_ln(u.transpose(1, 2).reshape(B, T, C))) + q
 
     def attention_probs(self, x, mask=None):
         """[alpha, beta] as (B, nh, 1, T): one distribution over the tokens per head, for diagnostics."""
@@ -170,7 +169,10 @@ class Layer(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x, mask=None, rows=None):
-        x = self.ln_attn(select(x, rows) + self.drop(self.attn(x, mask, rows)))
+        """rows (flat indices into the B*T positions): the output only there. Attention still reads every
+        position; the residual, LayerNorms and MLP then run on those rows alone (the last layer under the MLM
+        and GLUE heads, as MosaicBERT does)."""
+        x = self.ln_attn(select(x, rows) + self.drop(select(self.attn(x, mask), rows)))
         return self.ln_mlp(x + self.drop(self.proj(self.sub_ln(F.gelu(self.fc(x))))))
 
 
@@ -293,8 +295,8 @@ class Bert(nn.Module):
                          if p.dim() >= 2)  # q, k, v, out, fc, proj weights, S, w_q, w_k
         n_softmax = sum(op != "additive" for op in cfg.layer_operators())  # additive layers have no T x T
         attn = 2 * 2 * n_softmax * T * cfg.n_embd  # q.k scores and probs.v, per token
-        last = self.encoder.layers[-1]  # its output projection and MLP run only at the predicted positions
-        sparse = sum(m.weight.numel() for m in (last.attn.out, last.fc, last.proj))
+        last = self.encoder.layers[-1]  # its MLP runs only at the predicted positions
+        sparse = sum(m.weight.numel() for m in (last.fc, last.proj))
         head = self.head_dense.weight.numel() + self.encoder.wte.weight.numel()
         return 3 * (2 * (enc_matmul - (1 - pred_frac) * sparse) + attn + pred_frac * 2 * head)
 

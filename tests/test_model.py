@@ -268,10 +268,10 @@ def test_flops_per_token_counts_operator_and_head_differences():
     f = {a: tiny(a).flops_per_token(T, 0.15) for a in ATTENTION_TYPES}
     assert f["original"] - f["symmetric"] == pytest.approx(6 * L * C * C)  # the key projection
     assert f["pairwise"] - f["symmetric"] == pytest.approx(6 * L * H * (C // H) ** 2)  # q S_h
-    m = tiny("original")  # the head, and the last layer's output projection and MLP, scale with pred_frac
+    m = tiny("original")  # the head, and the last layer's MLP, scale with pred_frac
     I = m.config.n_inner
     assert m.flops_per_token(T, 1.0) - m.flops_per_token(T, 0.0) == pytest.approx(
-        6 * (C * C + V * C) + 6 * (C * C + 2 * C * I))
+        6 * (C * C + V * C) + 6 * (2 * C * I))
 
 
 # ---- HybridBERT reconstruction: additive attention, hybrid layouts, sub-LN ------------------------------
