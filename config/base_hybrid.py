@@ -1,6 +1,5 @@
-from config.base import *  # noqa: F401,F403
-
-# HybridBERT-style (a reconstruction, see README): layers alternate original / additive attention, sub-LN
+# HybridBERT-style (a reconstruction, see README) at bert-base size (train.py's defaults): layers alternate
+# original / additive attention, with sub-LN
 attention_type = "hybrid"
 hybrid_pattern = "original,additive"
 sub_ln = True
