@@ -103,6 +103,10 @@ def main(runs, benchmarks, labels, threshold, out):
         for label, curves in groups.items():
             draw(ax, curves, lambda r: r["loss"], label)
         ax.axhline(level, color="gray", ls=":", lw=1, label=f"criterion: eval loss {level:.2f}")
+        # the y axis shows the plateau and what follows (from 10% of the run on), not the first drop from ~11
+        last = max(c[-1]["step"] for g in groups.values() for c in g)
+        shown = [r["loss"] for g in groups.values() for c in g for r in c if r["step"] >= last / 10]
+        ax.set_ylim(min(min(shown), level) - 0.1, max(shown) + 0.1)
         ax.set(xlabel="step", ylabel="eval cross-entropy (nats)", title="MLM pre-training: evaluation loss")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
