@@ -65,10 +65,12 @@ def autocast(device_type, dtype):
 
 
 def check_device(device):
-    device_type = device.split(":")[0]
-    if device_type not in ("cpu", "cuda", "mps") or (device_type == "cuda" and not torch.cuda.is_available()) or (
-            device_type == "mps" and not torch.backends.mps.is_available()):
-        raise SystemExit(f"device {device!r} is not available here: use cpu, cuda[:N] (with a GPU) or mps")
+    device_type, _, index = device.partition(":")
+    n_gpu = torch.cuda.device_count() if device_type == "cuda" and torch.cuda.is_available() else 0
+    if not ((device_type == "cpu" and not index) or (device_type == "mps" and torch.backends.mps.is_available()) or
+            (device_type == "cuda" and n_gpu and (not index or (index.isdigit() and int(index) < n_gpu)))):
+        raise SystemExit(f"device {device!r} is not available here: use cpu, cuda (cuda:0..cuda:{max(n_gpu - 1, 0)} "
+                         "with a GPU) or mps")
     return device_type
 
 
@@ -208,7 +210,9 @@ def load_dataset(data_dir, vocab_size, block_size):
         for split in ("train", "val"):
             file, want = os.path.join(data_dir, f"{split}.bin"), meta[f"{split}_blocks"] * meta["block_size"] * 2
             size = os.path.getsize(file) if os.path.exists(file) else None
-            if size != want or want == 0 or meta.get("dtype", "uint16") != "uint16":
+            if meta.get("dtype", "uint16") != "uint16":
+                raise SystemExit(f"{path} says dtype {meta['dtype']!r}; train.py reads uint16 token ids: {rebuild}")
+            if size != want or want == 0:
                 raise SystemExit(f"{file} has {'no file:' if size is None else size} bytes, meta.json says {want} "
                                  f"({meta[f'{split}_blocks']} blocks of {meta['block_size']} uint16 tokens): the "
                                  f"dataset is incomplete or corrupt; {rebuild}")

@@ -43,6 +43,8 @@ class BertConfig:
     symmetric_init: bool = False  # original: the key weight and bias start as copies of the query's
 
     def __post_init__(self):
+        if min(self.vocab_size, self.block_size, self.n_layer, self.n_head, self.n_embd, self.n_inner) < 1:
+            raise ValueError("vocab_size, block_size, n_layer, n_head, n_embd and n_inner must be >= 1")
         if self.attention_type not in ATTENTION_TYPES:
             raise ValueError(f"attention_type must be one of {ATTENTION_TYPES}, got {self.attention_type!r}")
         if self.n_embd % self.n_head:

@@ -20,8 +20,9 @@ import sys
 import time
 
 
-def _interrupted(signum, frame):  # until the training loop takes over: Ctrl-C during start-up is one line
-    raise SystemExit(f"train: interrupted by signal {signum} before training started")
+def _interrupted(signum, frame):  # until the training loop takes over: a signal during start-up is one line
+    print(f"train: interrupted by signal {signum} before training started", file=sys.stderr)
+    raise SystemExit(128 + signum)
 
 
 signal.signal(signal.SIGINT, _interrupted)
@@ -86,23 +87,53 @@ check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch
       (0 <= dropout < 1, f"dropout must be in [0, 1), got {dropout}"),
       (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1,
        "learning_rate and eps must be > 0, weight_decay and grad_clip >= 0, beta1 and beta2 in [0, 1)"),
-      (warmup_iters >= 0 and checkpoint_interval >= 0, "warmup_iters and checkpoint_interval must be >= 0"))
+      (warmup_iters >= 0 and checkpoint_interval >= 0, "warmup_iters and checkpoint_interval must be >= 0"),
+      (min(n_layer, n_head, n_embd, n_inner, block_size) >= 1, "n_layer, n_head, n_embd, n_inner, block_size must be >= 1"))
 sys.excepthook = lambda kind, value, tb: print(  # too big a batch for the GPU: one line, not a traceback
     f"train: out of GPU memory at batch_size {batch_size}: lower it and raise gradient_accumulation_steps (the "
     "global batch stays the same)", file=sys.stderr) if issubclass(kind, torch.OutOfMemoryError) else \
     sys.__excepthook__(kind, value, tb)
 out_dir = os.path.abspath(out_dir)
 ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
-if init_from == "scratch" and os.path.exists(ckpt_path):  # the same finished run again (a re-run quick start)?
+if int(os.environ.get("RANK", 0)) == 0:  # held by this run before anything in it is read
+    lock_dir(out_dir, f"train.py {' '.join(sys.argv[1:])}"[:200])
+MACHINE = ("init_from", "out_dir", "device", "dtype", "compile")  # not the run's own settings
+
+# ---- the state of a previous run: resumed with its own settings; another run is never touched ----
+ckpt = load_checkpoint(ckpt_path, resume=True) if init_from == "resume" else None
+if ckpt is not None:  # every setting not given now comes from the run itself
+    inherited = {k: v for k, v in ckpt["config"].items() if k in config and k not in given and k not in MACHINE}
+    config.update(inherited)
+    globals().update(inherited)
+    changed = [f"{k} {ckpt['config'][k]!r} -> {config[k]!r}" for k in sorted(given - set(MACHINE))
+               if k in ckpt["config"] and ckpt["config"][k] != config[k]]
+    model_args = ckpt["model_args"]  # the checkpoint decides the architecture; a contradiction is an error
+    clash = [f"{k} {config[k]!r} (checkpoint: {model_args.get(k)!r})" for k in MODEL_KEYS
+             if k in given and config[k] != model_args.get(k, BertConfig.__dataclass_fields__[k].default)]
+    if clash:
+        raise SystemExit(f"train: resuming {ckpt_path}, but the settings ask for another model: {', '.join(clash)}. "
+                         "Drop them to resume, or start a new out_dir")
+else:
+    snapshots = os.path.join(out_dir, "snapshots")
+    found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
+    found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
+    if "ckpt.pt" in found:  # the same finished run again (a re-run quick start) is nothing to do
+        try:
+            old = load_checkpoint(ckpt_path, resume=True)
+        except SystemExit:  # not even readable: certainly not this run (refused below, nothing touched)
+            old = {"config": {}, "iter_num": -1}
+        same = lambda c: {k: v for k, v in c.items() if k not in MACHINE}
+        if same(old["config"]) == same(config) and old["iter_num"] >= max_iters:
+            print(f"{out_dir} already holds this run, finished at step {old['iter_num']}: nothing to do. To train "
+                  "it further: a higher --max_iters with --init_from=resume; a new run: another --out_dir")
+            sys.exit(0)
+    if found:
+        raise SystemExit(f"train: {out_dir} holds another run ({', '.join(found)}): continue it with "
+                         "--init_from=resume, or choose another out_dir (nothing is overwritten)")
     try:
-        old = load_checkpoint(ckpt_path, resume=True)
-    except SystemExit:  # not even readable: certainly not this run (refused below, nothing touched)
-        old = {"config": {}, "iter_num": -1}
-    same = lambda c: {k: v for k, v in c.items() if k not in ("init_from", "dtype", "device")}
-    if same(old["config"]) == same(config) and old["iter_num"] >= max_iters:
-        print(f"{out_dir} already holds this run, finished at step {old['iter_num']}: nothing to do. To train it "
-              "further: a higher --max_iters with --init_from=resume; a new run: another --out_dir")
-        sys.exit(0)
+        model_args = vars(BertConfig(**{k: config[k] for k in MODEL_KEYS}))
+    except ValueError as e:
+        raise SystemExit(f"train: {e}")
 
 # ---- processes and devices ----
 ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun
@@ -129,20 +160,7 @@ config["dtype"] = dtype = resolve_dtype(dtype, device_type)  # from the device i
 ctx = autocast(device_type, dtype)
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
-# ---- the state of a previous run, the model and its data ----
-ckpt = load_checkpoint(ckpt_path, resume=True) if init_from == "resume" else None
-if ckpt is not None:
-    model_args = ckpt["model_args"]  # the checkpoint decides the architecture; a contradiction is an error
-    clash = [f"{k} {config[k]!r} (checkpoint: {model_args.get(k)!r})" for k in MODEL_KEYS
-             if k in given and config[k] != model_args.get(k, BertConfig.__dataclass_fields__[k].default)]
-    if clash:
-        raise SystemExit(f"train: resuming {ckpt_path}, but the settings ask for another model: {', '.join(clash)}. "
-                         "Drop them to resume, or start a new out_dir")
-else:
-    try:
-        model_args = vars(BertConfig(**{k: config[k] for k in MODEL_KEYS}))
-    except ValueError as e:
-        raise SystemExit(f"train: {e}")
+# ---- the model's data ----
 block_size = model_args["block_size"]
 n_mask = round(mask_prob * block_size)
 if n_mask < 1:
@@ -158,32 +176,21 @@ if len(train_data) < batch_size:
     raise SystemExit(f"train: {data_dir} has {len(train_data)} train blocks of {block_size}: prepare more data or use "
                      f"a batch_size <= {len(train_data)}")
 
-# ---- out_dir: held by this run; a new run never touches another run's files ----
 if master:
-    lock_dir(out_dir, f"train.py {' '.join(sys.argv[1:])}"[:200])
-    snapshots = os.path.join(out_dir, "snapshots")
-    found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
-    found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
-    if ckpt is None and found:
-        raise SystemExit(f"train: {out_dir} holds another run ({', '.join(found)}): continue it with "
-                         "--init_from=resume, or choose another out_dir (nothing is overwritten)")
-    os.makedirs(snapshots, exist_ok=True)
+    os.makedirs(os.path.join(out_dir, "snapshots"), exist_ok=True)
 
 torch.manual_seed(seed + rank)
 raw_model = Bert(BertConfig(**model_args)).to(device)
 optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type)
 scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
-iter_num = 0
+iter_num, last_eval = 0, -1  # last_eval: the step of the latest eval (a resume does not repeat it)
 if ckpt is not None:
     raw_model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     if scaler.is_enabled() and ckpt.get("scaler"):  # empty when the run was not fp16
         scaler.load_state_dict(ckpt["scaler"])
-    iter_num = ckpt["iter_num"]
+    iter_num, last_eval = ckpt["iter_num"], ckpt.get("last_eval", ckpt["iter_num"])
     rng = ckpt["rng"][rank] if len(ckpt["rng"]) == world else None  # restored after compiling, which draws from it
-    changed = [f"{k} {ckpt['config'].get(k)!r} -> {config[k]!r}" for k in ("dataset", "batch_size",
-               "gradient_accumulation_steps", "max_iters", "learning_rate", "warmup_iters", "mask_prob", "seed",
-               "dtype") if ckpt["config"].get(k) != config[k]]
     if master:
         print(f"resuming {ckpt_path} at step {iter_num:,} of {max_iters:,}", flush=True)
         if changed:
@@ -284,6 +291,7 @@ if master:
 
 
 def log(record):
+    record["time"] = round(time.time(), 1)  # wall clock: how long a run took, across resumes
     logf.write(json.dumps(record) + "\n")
     logf.flush()
     if wandb_log:
@@ -302,7 +310,8 @@ def checkpoint(path, full=True):
     """Saves the model (and with full, everything needed to continue to the bit); never a non-finite one."""
     if not all_finite(raw_model.parameters()):
         stop("the weights are not finite (NaN/inf)")
-    state = {"model": raw_model.state_dict(), "model_args": model_args, "iter_num": iter_num, "config": config}
+    state = {"model": raw_model.state_dict(), "model_args": model_args, "iter_num": iter_num, "config": config,
+             "last_eval": last_eval}
     if full:
         rng = {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
         rngs = [rng]
@@ -324,29 +333,29 @@ tokens_per_step = batch_size * block_size * gradient_accumulation_steps
 bar = tqdm(total=max_iters, initial=iter_num, disable=not (master and sys.stderr.isatty()), dynamic_ncols=True)
 say = bar.write if not bar.disable else lambda s: print(s, flush=True)  # live bar on a terminal; lines in a log file
 x, y, pos = get_batch(iter_num, 0)
-start_iter, stopping, eval_loss, eval_acc = iter_num, 0, None, None
+stopping, eval_loss, eval_acc = 0, None, None
 t0, t0_iter = time.time(), iter_num
 while True:
-    if iter_num % eval_interval == 0 or iter_num == max_iters:
-        if iter_num != start_iter or init_from == "scratch":  # a resumed step was evaluated already
-            eval_loss, eval_acc, diag = evaluate()
-            if not math.isfinite(eval_loss):
-                stop(f"eval loss is {eval_loss}")
-            if master:
-                log({"type": "eval", "step": iter_num, "loss": eval_loss, "accuracy": eval_acc, **diag})
-                say(f"step {iter_num}: eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}, attention entropy "
-                    f"{' '.join(f'{e:.2f}' for e in diag['attn_entropy'])}, collapse {diag['collapse']:.2f}")
-            if iter_num > 0:
-                checkpoint(ckpt_path)
-                last_good = ckpt_path
-        t0, t0_iter = time.time(), iter_num  # throughput excludes evaluation
-    if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0:
-        checkpoint(os.path.join(out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt"), full=False)
-    if stopping:
+    if stopping:  # save at once; an eval due at this step runs after the resume instead (see last_eval)
         checkpoint(ckpt_path)
         if master:
             say(f"stopped by signal {stopping} at step {iter_num}; saved {ckpt_path} (continue with --init_from=resume)")
         break
+    if (iter_num % eval_interval == 0 or iter_num == max_iters) and last_eval != iter_num:
+        eval_loss, eval_acc, diag = evaluate()
+        last_eval = iter_num
+        if not math.isfinite(eval_loss):
+            stop(f"eval loss is {eval_loss}")
+        if master:
+            log({"type": "eval", "step": iter_num, "loss": eval_loss, "accuracy": eval_acc, **diag})
+            say(f"step {iter_num}: eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}, attention entropy "
+                f"{' '.join(f'{e:.2f}' for e in diag['attn_entropy'])}, collapse {diag['collapse']:.2f}")
+        if iter_num > 0:
+            checkpoint(ckpt_path)
+            last_good = ckpt_path
+        t0, t0_iter = time.time(), iter_num  # throughput excludes evaluation
+    if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0:
+        checkpoint(os.path.join(out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt"), full=False)
     if iter_num >= max_iters:
         break
 
@@ -388,7 +397,7 @@ while True:
             record["mfu"] = raw_model.estimate_mfu(tok_s / world, block_size, n_mask / block_size, peak)
         if master:
             log(record)
-            stats = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("type", "step"))
+            stats = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("type", "step", "time"))
             if bar.disable:
                 print(f"step {iter_num}: {stats}", flush=True)
             else:

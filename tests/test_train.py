@@ -280,15 +280,18 @@ def test_dataset_files_are_checked_before_any_compute(data_dir, tmp_path):
     cases = {"short": lambda d: open(d / "train.bin", "r+b").truncate(os.path.getsize(d / "train.bin") - 2),
              "no_val": lambda d: os.remove(d / "val.bin"),
              "bad_meta": lambda d: (d / "meta.json").write_text("{not json"),
-             "keys": lambda d: (d / "meta.json").write_text('{"vocab_size": 50304}')}
+             "keys": lambda d: (d / "meta.json").write_text('{"vocab_size": 50304}'),
+             "dtype": lambda d: (d / "meta.json").write_text((d / "meta.json").read_text().replace(
+                 '"dtype": "uint16"', '"dtype": "int32"'))}
     for name, damage in cases.items():
         d = tmp_path / name
         shutil.copytree(data_dir, d)
         damage(d)
         p = run_train(*TINY, f"--dataset={d}", f"--out_dir={tmp_path}/out_{name}", check=False)
         one_line_error(p, {"short": "the dataset is incomplete or corrupt", "no_val": "val.bin has no file",
-                           "bad_meta": "cannot read dataset metadata", "keys": "meta.json is incomplete"}[name])
-        assert not os.path.exists(f"{tmp_path}/out_{name}"), name  # refused before anything was written
+                           "bad_meta": "cannot read dataset metadata", "keys": "meta.json is incomplete",
+                           "dtype": "says dtype 'int32'; train.py reads uint16"}[name])
+        assert os.listdir(f"{tmp_path}/out_{name}") == [".lock"], name  # refused before anything was written
 
 
 def test_resume_refuses_another_architecture(data_dir, tmp_path):
@@ -306,6 +309,7 @@ def test_resume_refuses_another_architecture(data_dir, tmp_path):
                                      ("--dropout=1.0", "dropout must be in [0, 1)"),
                                      ("--learning_rate=-1e-3", "learning_rate and eps must be > 0"),
                                      ("--init_from=last", "init_from must be"),
+                                     ("--n_head=0", "n_layer, n_head, n_embd, n_inner, block_size must be >= 1"),
                                      ("--dtype=fp8", "dtype must be auto")])
 def test_out_of_range_settings_are_one_line(data_dir, tmp_path, bad, msg):
     one_line_error(run_train(*TINY, bad, f"--dataset={data_dir}", f"--out_dir={tmp_path}/x", check=False), msg)
@@ -317,7 +321,7 @@ def test_ctrl_c_during_start_up_is_one_line(data_dir, tmp_path):
     time.sleep(0.5)  # importing torch takes longer: the run is still starting
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
-    assert p.returncode == 1 and "interrupted by signal 2 before training started" in err and "Traceback" not in err
+    assert p.returncode == 130 and "interrupted by signal 2 before training started" in err and "Traceback" not in err
 
 
 def test_help_lists_every_setting():
@@ -346,3 +350,19 @@ def test_a_failing_compiler_is_one_line_then_eager(data_dir, tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert "compiling the model" in p.stdout and "torch.compile failed (" in p.stdout and "running eagerly" in p.stdout
     assert "Traceback" not in p.stderr and "done: step 2" in p.stdout
+
+
+def test_resume_takes_the_runs_own_settings(data_dir, tmp_path):
+    """The hint a finished run prints: a higher --max_iters with --init_from=resume, no config file needed."""
+    cfg = tmp_path / "my.py"
+    cfg.write_text(f'dataset = "{data_dir}"\nn_layer, n_head, n_embd, n_inner = 1, 2, 32, 64\nblock_size = 64\n'
+                   'batch_size = 8\ngradient_accumulation_steps = 1\nlearning_rate = 1e-2\nwarmup_iters = 2\n'
+                   'eval_interval = 2\neval_iters = 2\nlog_interval = 2\ncheckpoint_interval = 0\ncompile = False\n'
+                   'max_iters = 4\n')
+    out = str(tmp_path / "run")
+    run_train(str(cfg), f"--out_dir={out}")
+    p = run_train(f"--out_dir={out}", "--init_from=resume", "--max_iters=6")  # train.py's defaults would be bert-base
+    assert "resuming" in p.stdout and "max_iters 4 -> 6" in p.stdout and "done: step 6" in p.stdout
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
+    assert ckpt["config"]["dataset"] == data_dir and ckpt["config"]["batch_size"] == 8 and ckpt["iter_num"] == 6
+    assert [r["step"] for r in read_log(out, "eval")] == [0, 2, 4, 6]
