@@ -75,6 +75,7 @@ TASKS = {k: Task(*v) for k, v in {
 NUMBERS = ['mrpc', 'cola', 'mnli-m', 'mnli-mm', 'qqp', 'rte', 'stsb', 'qnli', 'sst2']  # the GLUE score's 9
 PROTOCOL = ['epochs', 'batch_size', 'learning_rate', 'warmup_ratio', 'weight_decay', 'grad_clip',
             'max_seq_len', 'length_bucketing', 'max_train_samples', 'data_dir', 'dtype']  # change results
+SCHEDULE = 'linear from 0'  # recorded with the protocol: results of the earlier schedule (from lr/warmup) never mix
 
 
 # ----------------------------------------------------------------------------- metrics (x in [0, 1])
@@ -250,7 +251,7 @@ def load_pretrained(path):
     return cfg, ck['model'], int(ck['iter_num'])
 
 
-def finetune(task, data, seed, cfg, state, keep=None):
+def finetune(task, data, seed, cfg, state, keep=None, iter_num=0):
     """Fine-tune a fresh classifier on data['train'] with the protocol; returns the dev metrics. With keep, a path,
     the fine-tuned classifier is saved there (export_hf.py turns it into a BertForSequenceClassification)."""
     torch.manual_seed(seed)  # the new pooler and classifier, dropout
@@ -308,8 +309,9 @@ def finetune(task, data, seed, cfg, state, keep=None):
             result['dev'][name] = task_metrics(task, pred, d['y'][order])  # metrics ignore row order
     result['seconds'] = round(time.time() - t0, 1)
     if keep:
-        save_checkpoint({'model': model.state_dict(), 'model_args': vars(cfg), 'task': task, 'seed': seed,
-                         'num_labels': model.num_labels, 'labels': TASKS[task].labels, 'dev': result['dev']}, keep)
+        save_checkpoint({'model': model.state_dict(), 'model_args': vars(cfg), 'iter_num': iter_num, 'task': task,
+                         'seed': seed, 'num_labels': model.num_labels, 'labels': TASKS[task].labels,
+                         'dev': result['dev']}, keep)
     return result
 
 # ----------------------------------------------------------------------------- results
@@ -355,7 +357,8 @@ def run_glue(ckpt_path, out):
 
 def glue_protocol(cfg, state, iter_num, ckpt_path, out):
     path = os.path.join(out, 'glue_results.json')
-    protocol = {**{k: globals()[k] for k in PROTOCOL}, 'data_dir': data_dir and os.path.abspath(data_dir),
+    protocol = {**{k: globals()[k] for k in PROTOCOL}, 'schedule': SCHEDULE,
+                'data_dir': data_dir and os.path.abspath(data_dir),
                 'init_from': os.path.abspath(ckpt_path), 'iter_num': iter_num}
     res = {'model': f"{cfg.attention_type} {cfg.n_layer}L/{cfg.n_embd}H step {iter_num}", 'protocol': protocol,
            'runs': {}}
@@ -373,7 +376,7 @@ def glue_protocol(cfg, state, iter_num, ckpt_path, out):
                 print(f"{task} seed {seed}: done already, skipped")
                 continue
             keep = os.path.join(out, f"{task}_s{seed}.pt") if save_models else None
-            r = finetune(task, task_data(task), int(seed), cfg, state, keep)
+            r = finetune(task, task_data(task), int(seed), cfg, state, keep, iter_num)
             res['runs'].setdefault(task, {})[seed] = r
             print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
                   + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")

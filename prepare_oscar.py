@@ -316,10 +316,14 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
             json.dump(meta, f, indent=2)
             f.flush()
             os.fsync(f.fileno())
-        if os.path.exists(final["meta.json"]):
-            os.remove(final["meta.json"])  # the old dataset stops counting as finished before its files change
-        for name in ("train.bin", "val.bin", "meta.json"):  # meta.json last: it marks the dataset finished
-            os.replace(tmp[name], final[name])
+        try:
+            if os.path.exists(final["meta.json"]):
+                os.remove(final["meta.json"])  # the old dataset stops counting as finished before its files change
+            for name in ("train.bin", "val.bin", "meta.json"):  # meta.json last: it marks the dataset finished
+                os.replace(tmp[name], final[name])
+        except OSError as e:
+            raise SystemExit(f"cannot finish the dataset in {out_dir} ({e.strerror or e}): it is unfinished (no "
+                             "meta.json) and must be rebuilt with --overwrite=True")
     except OSError as e:  # a full disk, a vanished folder: one line (the cleanup below runs first)
         raise SystemExit(f"cannot write the dataset in {out_dir} ({e.strerror or e}): nothing was written")
     finally:  # after an error or Ctrl-C, no temporary file stays behind; this cleanup cannot fail itself
