@@ -159,31 +159,33 @@ def export(ck, out):
     return files
 
 
+HF_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "tokenizer_config.json",
+            "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt")  # what loads
+
+
 def main():
     if not init_from or not out_dir:
         raise SystemExit("export_hf: set --init_from=<checkpoint> and --out_dir=<folder to write>")
     ck = load_checkpoint(init_from)
+    files = export(ck, out_dir)  # an additive/hybrid/sub-LN model is refused here, before anything is written
     lock_dir(out_dir, "export_hf.py")
     try:
         others = [n for n in os.listdir(out_dir) if n != ".lock"]
         if others and not overwrite:
             raise SystemExit(f"export_hf: {out_dir} is not empty ({', '.join(sorted(others)[:3])}...): pass "
                              "--overwrite=True to replace it, or choose another out_dir")
-        files = export(ck, out_dir)
-        if os.path.exists(os.path.join(out_dir, "config.json")):
-            os.remove(os.path.join(out_dir, "config.json"))  # the old export stops counting as finished first
+        for name in HF_FILES:  # config.json first: the old export stops counting as finished; then every file
+            if name in others:  # transformers would load, so that nothing of the old one is left
+                os.remove(os.path.join(out_dir, name))
         for name, write in files.items():  # each file whole or not at all; config.json last
             atomic_write(os.path.join(out_dir, name), write)
+        os.remove(os.path.join(out_dir, ".lock"))  # not part of a model folder; removed while still held
     finally:
         unlock_dir(out_dir)
-    try:
-        os.remove(os.path.join(out_dir, ".lock"))  # not part of a model folder
-    except OSError:
-        pass
-    kind = "classifier" if "num_labels" in ck else "masked LM"
-    print(f"wrote {out_dir} ({kind}, {BertConfig(**ck['model_args']).attention_type} attention as stock BERT): "
-          f"{', '.join(files)}\nload it: transformers.AutoModel{'ForSequenceClassification' if 'num_labels' in ck else 'ForMaskedLM'}"
-          f".from_pretrained({out_dir!r}), AutoTokenizer.from_pretrained({out_dir!r})")
+    kind = "ForSequenceClassification" if "num_labels" in ck else "ForMaskedLM"
+    print(f"wrote {out_dir} ({BertConfig(**ck['model_args']).attention_type} attention as a stock Bert{kind}): "
+          f"{', '.join(files)}\nload it: transformers.AutoModel{kind}.from_pretrained({out_dir!r}), "
+          f"AutoTokenizer.from_pretrained({out_dir!r})")
 
 
 if __name__ == "__main__":

@@ -122,6 +122,9 @@ def test_command_line_refuses_and_fill_mask_works(tmp_path):
     assert p.returncode == 0, p.stderr
     assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors", "tokenizer.json",
                                                    "tokenizer_config.json"]
+    (tmp_path / "hf" / "pytorch_model.bin").write_bytes(b"an older export's weights")
+    p = export(f"--init_from={tmp_path / 'ok.pt'}", f"--out_dir={tmp_path / 'hf'}", "--overwrite=True")
+    assert p.returncode == 0 and not (tmp_path / "hf" / "pytorch_model.bin").exists()  # nothing old left to load
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
     fill = transformers.pipeline("fill-mask", model=str(tmp_path / "hf"), top_k=3)
     got = fill("The river [MASK] into the sea.")
@@ -129,3 +132,32 @@ def test_command_line_refuses_and_fill_mask_works(tmp_path):
     found, _ = sample.fill(model, "The river [MASK] into the sea.", 3)
     assert [g["token"] for g in got] == [get_tokenizer()[0].encode_single_token(t.encode()) for t, _ in found[0][1]]
     assert [g["score"] for g in got] == pytest.approx([p for _, p in found[0][1]], rel=1e-4)
+
+
+def test_a_fine_tuned_classifier_exports_end_to_end(tmp_path):
+    """finetune_glue.py --save_models=True, then export_hf.py on what it kept: a stock classifier that scores the
+    dev rows as the fine-tuned model does."""
+    from test_glue import save_ckpt, synthetic
+    synthetic(tmp_path / "glue", 64, 16)
+    ckpt = save_ckpt(tmp_path / "ckpt.pt", iter_num=7)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "finetune_glue.py", f"--init_from={ckpt}", f"--data_dir={tmp_path / 'glue'}",
+                        "--tasks=rte", "--seeds=1", "--epochs=1", "--max_seq_len=32", f"--out_dir={tmp_path / 'ft'}",
+                        "--save_models=True"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    p = subprocess.run([sys.executable, "export_hf.py", f"--init_from={tmp_path / 'ft' / 'rte_s1.pt'}",
+                        f"--out_dir={tmp_path / 'hf'}"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert p.returncode == 0 and "BertForSequenceClassification" in p.stdout, p.stderr[-2000:]
+    kept = torch.load(tmp_path / "ft" / "rte_s1.pt", weights_only=True)
+    assert kept["iter_num"] == 7
+    ours = BertClassifier(BertConfig(**kept["model_args"]), 2)
+    ours.load_state_dict(kept["model"])
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "hf")).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    batch = tok(["the red dog", "a blue car on the road"], ["red fire", "the night"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        a = ours.eval()(batch["input_ids"], attention_mask=batch["attention_mask"],
+                        token_type_ids=batch["token_type_ids"])[0]
+        b = hf(**batch).logits
+    torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    assert hf.config.id2label == {0: "entailment", 1: "not_entailment"}
