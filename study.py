@@ -21,7 +21,10 @@ import subprocess
 import sys
 import time
 
-from common import first_step_below, lock_dir, read_evals, write_json
+import torch
+
+from common import first_step_below, load_checkpoint, lock_dir, read_evals, unlock_dir, write_json
+from configurator import check, configure
 
 # -----------------------------------------------------------------------------
 base = 'config/study.py'  # the train.py config every arm starts from
@@ -35,6 +38,7 @@ train_args = ''  # extra train.py arguments for every run, space-separated, e.g.
 out_dir = 'out/study'  # one folder per run: <out_dir>/<arm>_s<seed>
 summary = 'assets/study.json'  # '' = none
 figures = 'assets/study'  # plot.py's output prefix; '' = none
+train = True  # False: run nothing; summarise the finished runs (a partial study: the missing ones are listed)
 # -----------------------------------------------------------------------------
 ARMS = {  # name: (legend label, train.py overrides of the base config)
     'original': ('original', ['--attention_type=original']),
@@ -44,17 +48,34 @@ ARMS = {  # name: (legend label, train.py overrides of the base config)
     'original_sym_init': ('original with key = query at init', ['--attention_type=original', '--symmetric_init=True']),
 }
 QUICK = ['--max_iters=800']  # the quick variant's shorter schedule
+MACHINE = ('init_from', 'out_dir', 'device', 'dtype', 'compile')  # how a run is made, not what it is
 
 
-def base_settings(path):
-    """The plain assignments of a config file (train.py runs it the same way)."""
-    values = {}
-    try:
-        with open(path) as f:
-            exec(compile(f.read(), path, 'exec'), {}, values)
-    except (OSError, SyntaxError) as e:
-        raise SystemExit(f"study: cannot read the base config {path}: {e}")
-    return values
+def run_state(run, cmd):
+    """'new', 'resume' or 'done' for a run folder and the train.py arguments that make it. A checkpoint of other
+    settings is an error naming them (a changed base config or --train_args): results never mix silently."""
+    ckpt, log = os.path.join(run, 'ckpt.pt'), os.path.join(run, 'log.jsonl')
+    if os.path.isdir(run):  # a run that is training now (another study, a hand-started train.py) is not touched
+        try:
+            lock_dir(run, 'study.py')
+        except SystemExit as e:
+            if train:
+                raise SystemExit(f"study: {e}")
+            return 'running'
+        unlock_dir(run)
+    if not os.path.exists(ckpt):
+        if os.path.exists(log) and train:  # stopped before its first checkpoint: nothing to resume from
+            os.replace(log, f"{log}.stopped-{int(time.time())}")
+            print(f"  {run} stopped before its first checkpoint: starting it again (its log: log.jsonl.stopped-*)")
+        return 'new'
+    ck = load_checkpoint(ckpt, resume=True)
+    want = configure(dict(ck['config']), argv=cmd)  # the run's settings, overridden by what this command gives
+    differ = [f"{k} {ck['config'][k]!r} -> {v!r}" for k, v in want.items()
+              if k not in MACHINE and v != ck['config'][k]]
+    if differ:
+        raise SystemExit(f"study: {run} holds a run of other settings ({', '.join(differ)}): move it away or "
+                         "use another --out_dir")
+    return 'done' if ck['iter_num'] >= want['max_iters'] else 'resume'
 
 
 def run_summary(run, level):
@@ -64,6 +85,7 @@ def run_summary(run, level):
     return {'steps_to_criterion': first_step_below(evals, level), 'final_step': last['step'],
             'final_loss': last['loss'], 'final_accuracy': last.get('accuracy'),
             'final_attn_entropy': last.get('attn_entropy'), 'final_collapse': last.get('collapse'),
+            'minutes': round((last['time'] - evals[0]['time']) / 60, 1) if 'time' in last and 'time' in evals[0] else None,
             'curve': [[r['step'], round(r['loss'], 5)] for r in evals],
             'attn_entropy': [[r['step'], [round(e, 4) for e in r['attn_entropy']]] for r in evals if 'attn_entropy' in r],
             'collapse': [[r['step'], round(r['collapse'], 4)] for r in evals if 'collapse' in r]}
@@ -74,6 +96,11 @@ def spread(values):
     if not values or any(v is None for v in values):
         return {'mean': None, 'min': None, 'max': None, 'n': len(values)}
     return {'mean': sum(values) / len(values), 'min': min(values), 'max': max(values), 'n': len(values)}
+
+
+def steps_or_bound(r):
+    """Steps to the criterion, or for a run that never reached it a lower bound: more than its last step."""
+    return (r['steps_to_criterion'], False) if r['steps_to_criterion'] else (r['final_step'], True)
 
 
 def summarize(runs, level):
@@ -91,7 +118,11 @@ def summarize(runs, level):
                 per_seed = {s: (runs[num][s]['steps_to_criterion'] / runs[den][s]['steps_to_criterion']
                                 if runs[num][s]['steps_to_criterion'] and runs[den][s]['steps_to_criterion'] else None)
                             for s in common}
-                ratios[f"{num}/{den}"] = {'per_seed': per_seed, **spread(list(per_seed.values()))}
+                # numerator never reached it, denominator did: the ratio is at least (last step / denominator's)
+                at_least = {s: steps_or_bound(runs[num][s])[0] / runs[den][s]['steps_to_criterion'] for s in common
+                            if not runs[num][s]['steps_to_criterion'] and runs[den][s]['steps_to_criterion']}
+                ratios[f"{num}/{den}"] = {'per_seed': per_seed, **spread(list(per_seed.values())),
+                                          'at_least_per_seed': at_least}
     return per_arm, ratios
 
 
@@ -104,105 +135,109 @@ def fmt(s, f='{:.0f}'):
 def main():
     arm_list = ['original', 'pairwise'] if quick else arms.split(',')
     seed_list = ['1'] if quick else seeds.split(',')
-    if unknown := [a for a in arm_list if a not in ARMS]:
-        raise SystemExit(f"study: unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
-    if not all(s.isdigit() for s in seed_list):
-        raise SystemExit(f"study: seeds must be a comma list of integers, got {seeds!r}")
-    settings, level = base_settings(base), threshold
-    data = settings.get('dataset', '')
-    data = data if os.sep in data else os.path.join('data', data)
-    if not os.path.exists(os.path.join(data, 'meta.json')):
-        raise SystemExit(f"study: no dataset in {data}: make it with prepare_oscar.py (the study's corpus: python "
-                         "prepare_oscar.py --source=gcide, after sudo apt-get install dict-gcide on Debian/Ubuntu)")
-    extra = (QUICK if quick else []) + train_args.split()
+    check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
+          (all(s.isdigit() for s in seed_list), f"seeds must be a comma list of integers, got {seeds!r}"),
+          (jobs >= 1 and threads >= 0, "jobs must be >= 1 and threads >= 0"))
+    level, extra = threshold, (QUICK if quick else []) + train_args.split()
     suffix = '_quick' if quick else ''  # the quick variant never overwrites the full study's files
     root = out_dir + suffix
-    lock_dir(root, 'study.py')  # one study per folder (each train.py run also holds its own)
+    if train:
+        lock_dir(root, 'study.py')  # one study per folder (each train.py run also holds its own)
     plan = [(a, s) for s in seed_list for a in arm_list]  # seed-major: a partial study has every arm
     commands = {}
     env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
-    pending, running, failed, t_start = list(plan), {}, [], time.time()
+    pending, running, t_start, started = list(plan), {}, time.time(), 0
     print(f"study: {len(plan)} runs of {base} ({len(arm_list)} arms x {len(seed_list)} seeds), {jobs} at a time"
           f"{f', {threads} thread(s) each' if threads else ''}; logs in {root}/<arm>_s<seed>/; criterion: first "
           f"eval loss <= {level}", flush=True)
+    if not train:  # summarise what finished; run nothing
+        state = {(a, sd): run_state(os.path.join(root, f"{a}_s{sd}"), [base, *ARMS[a][1], f'--seed={sd}',
+                 f'--out_dir={os.path.join(root, f"{a}_s{sd}")}', *extra]) for a, sd in plan}
+        missing = [f"{a}_s{sd}" for (a, sd), st in state.items() if st != 'done']
+        print(f"  not finished, left out: {', '.join(missing)}" if missing else "  every run finished")
+        plan, pending = [p for p in plan if state[p] == 'done'], []
+        check('study', (plan, f"no finished run in {root}: run it with --train=True"))
+        for a, sd in plan:
+            run = os.path.join(root, f"{a}_s{sd}")
+            commands[run] = ' '.join(['train.py', base, *ARMS[a][1], f'--seed={sd}', f'--out_dir={run}', *extra])
     try:
         while pending or running:
             while pending and len(running) < jobs:
                 arm, seed = pending.pop(0)
                 run = os.path.join(root, f"{arm}_s{seed}")
-                cmd = [sys.executable, 'train.py', base, *ARMS[arm][1], f'--seed={seed}', f'--out_dir={run}', *extra]
-                commands[run] = ' '.join(cmd[1:])
-                if finished(run):
+                args = [base, *ARMS[arm][1], f'--seed={seed}', f'--out_dir={run}', *extra]
+                commands[run] = ' '.join(['train.py', *args])
+                state = run_state(run, args)
+                if state == 'done':
                     continue
-                if os.path.exists(os.path.join(run, 'ckpt.pt')):
-                    cmd.append('--init_from=resume')
                 os.makedirs(run, exist_ok=True)
                 with open(os.path.join(run, 'train.txt'), 'a') as f:
+                    cmd = [sys.executable, 'train.py', *args] + (['--init_from=resume'] if state == 'resume' else [])
                     running[run] = (subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env), time.time())
+                started += 1
                 print(f"  started {run}", flush=True)
             time.sleep(2)
             for run, (p, t0) in list(running.items()):
-                if p.poll() is not None:
-                    del running[run]
-                    if p.returncode:
-                        failed.append(run)
-                        print(f"  FAILED {run} (exit {p.returncode}): see {run}/train.txt", flush=True)
-                    else:
-                        r = run_summary(run, level)
-                        print(f"  done {run} in {(time.time() - t0) / 60:.1f} min: eval loss {r['final_loss']:.4f}, "
-                              f"criterion reached at step {r['steps_to_criterion']}", flush=True)
-    except KeyboardInterrupt:
+                if p.poll() is None:
+                    continue
+                del running[run]
+                if p.returncode:  # stop here: the same cause (no dataset, a bad setting) would fail every run
+                    with open(os.path.join(run, 'train.txt')) as f:
+                        last = (f.read().strip().splitlines() or [''])[-1]
+                    raise SystemExit(f"study: {run} failed (exit {p.returncode}): {last}")
+                r = run_summary(run, level)
+                print(f"  done {run} in {(time.time() - t0) / 60:.1f} min: eval loss {r['final_loss']:.4f}, "
+                      f"criterion reached at step {r['steps_to_criterion']}", flush=True)
+    except BaseException:  # Ctrl-C or a failed run: the others save their checkpoint and stop
         for p, _ in running.values():
-            p.send_signal(signal.SIGINT)  # train.py saves its checkpoint and stops
+            p.send_signal(signal.SIGINT)
         for p, _ in running.values():
             p.wait()
-        raise SystemExit("study: interrupted; the same command continues where it stopped")
-    if failed:
-        raise SystemExit(f"study: {len(failed)} run(s) failed: {', '.join(failed)}")
+        if sys.exc_info()[0] is KeyboardInterrupt:
+            raise SystemExit("study: interrupted; the same command continues where it stopped")
+        raise
     minutes = (time.time() - t_start) / 60
 
-    runs = {a: {s: run_summary(os.path.join(root, f"{a}_s{s}"), level) for s in seed_list} for a in arm_list}
+    runs = {}
+    for a, sd in sorted(plan, key=lambda p: (arm_list.index(p[0]), int(p[1]))):
+        runs.setdefault(a, {})[sd] = run_summary(os.path.join(root, f"{a}_s{sd}"), level)
+    arm_list = [a for a in arm_list if a in runs]
+    first = load_checkpoint(os.path.join(root, f"{plan[0][0]}_s{plan[0][1]}", 'ckpt.pt'))['config']
+    settings = {k: v for k, v in first.items() if k not in MACHINE + ('seed', 'attention_type', 's_init_std',
+                                                                      'symmetric_init')}  # what every run shares
     per_arm, ratios = summarize(runs, level)
     print(f"\n| arm | seeds | first step with eval loss <= {level}: mean (min-max) | final eval loss |\n|---|---|---|---|")
     for a in arm_list:
-        print(f"| {ARMS[a][0]} | {len(seed_list)} | {fmt(per_arm[a]['steps_to_criterion'])} | "
+        st = per_arm[a]['steps_to_criterion']
+        steps = fmt(st) if st['mean'] is not None else (f"not reached by {st['n'] - per_arm[a]['reached']} of "
+                                                         f"{st['n']} runs (> {max(r['final_step'] for r in runs[a].values())})")
+        print(f"| {ARMS[a][0]} | {', '.join(runs[a])} | {steps} | "
               f"{fmt(per_arm[a]['final_loss'], '{:.3f}')} |")
     print("\n| ratio of steps to the criterion | per seed | mean (min-max) |\n|---|---|---|")
     for k, v in ratios.items():
-        per = ', '.join('-' if x is None else f"{x:.2f}" for x in v['per_seed'].values())
+        per = ', '.join(f"{x:.2f}" if x else f"> {v['at_least_per_seed'][sd]:.2f}" if sd in v['at_least_per_seed']
+                        else '-' for sd, x in v['per_seed'].items())
         print(f"| {k} | {per} | {fmt(v, '{:.2f}')} |")
     if summary:
-        import torch
         path = suffix.join(os.path.splitext(summary))
         write_json(path, {
             'criterion': f"first eval step with eval loss <= {level} (fixed before the study's runs)",
-            'threshold': level, 'base_config': base, 'settings': {k: v for k, v in settings.items() if k.islower()},
-            'extra_args': extra, 'arms': {a: ARMS[a][0] for a in arm_list}, 'seeds': seed_list,
+            'threshold': level, 'base_config': base, 'settings': settings,
+            'extra_args': extra, 'arms': {a: ARMS[a][0] for a in arm_list}, 'seeds': {a: list(runs[a]) for a in arm_list},
             'per_arm': per_arm, 'ratios': ratios, 'runs': runs, 'commands': commands,
-            'date': datetime.date.today().isoformat(), 'wall_minutes': round(minutes, 1),
+            'date': datetime.date.today().isoformat(),
+            'wall_minutes': round(minutes, 1) if started == len(plan) else None,  # None: some ran in an earlier call
             'machine': f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}; torch {torch.__version__};"
                        f" {jobs} runs at a time, {threads or 'default'} thread(s) each"})
         print(f"wrote {path}")
     if figures:
-        dirs = [os.path.join(root, f"{a}_s{s}") for a in arm_list for s in seed_list]
-        labels = [ARMS[a][0] for a in arm_list for s in seed_list]
+        dirs = [os.path.join(root, f"{a}_s{sd}") for a in arm_list for sd in runs[a]]
+        labels = [ARMS[a][0] for a in arm_list for sd in runs[a]]
         subprocess.run([sys.executable, 'plot.py', f"--runs={','.join(dirs)}", f"--labels={','.join(labels)}",
                         f"--threshold={level}", f"--out={figures}{suffix}"], check=True)
-    print(f"study: {len(plan)} runs in {minutes:.0f} min")
-
-
-def finished(run):
-    """A run whose last eval is at its config's max_iters (read from its own log and checkpoint)."""
-    ckpt = os.path.join(run, 'ckpt.pt')
-    if not os.path.exists(ckpt):
-        return False
-    import torch
-    state = torch.load(ckpt, map_location='cpu', weights_only=True)
-    return state['iter_num'] >= state['config']['max_iters']
+    print(f"study: {len(plan)} runs, {started} of them run now, in {minutes:.0f} min")
 
 
 if __name__ == '__main__':
-    from configurator import configure
-
     configure(globals())
     main()

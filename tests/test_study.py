@@ -7,6 +7,7 @@ import sys
 import pytest
 
 import study
+from common import lock_dir, unlock_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,6 +41,8 @@ def test_steps_to_criterion_and_ratios_from_hand_made_logs(tmp_path):
     assert ratios["original/pairwise"]["min"] == pytest.approx(125 / 75) and ratios["original/pairwise"]["max"] == 2.0
     assert ratios["original/symmetric"]["per_seed"] == {"1": None, "2": 125 / 75}
     assert ratios["original/symmetric"]["mean"] is None  # a seed that never reached it: no mean pretended
+    runs["original"]["1"]["steps_to_criterion"] = None  # never reached in its 125 steps: the ratio is a bound
+    assert study.summarize(runs, 4.8)[1]["original/pairwise"]["at_least_per_seed"] == {"1": 125 / 50}
 
 
 def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
@@ -62,6 +65,25 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
     assert "ratios" in s and "original/pairwise" in s["ratios"] and s["date"] and s["machine"]
     for name in ("fig_loss.png", "fig_diagnostics.png"):
         assert (tmp_path / name).stat().st_size > 1000
-    assert "| pairwise | 2 |" in p.stdout
+    assert "| pairwise | 1, 2 |" in p.stdout
+    part = args + ["--arms=original,symmetric,pairwise", "--train=False", f"--summary={tmp_path}/part.json"]
+    lock_dir(str(tmp_path / "runs" / "original_s1"), "a test")  # as if training now: left out, not touched
+    p = subprocess.run(part, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "left out: original_s1, symmetric_s1, symmetric_s2" in p.stdout, p.stderr
+    part_s = json.loads((tmp_path / "part.json").read_text())
+    assert part_s["seeds"] == {"original": ["2"], "pairwise": ["1", "2"]} and "started" not in p.stdout
+    p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1 and "original_s1 is in use by a test" in p.stderr
+    unlock_dir(str(tmp_path / "runs" / "original_s1"))
     p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # again: nothing re-run
-    assert p.returncode == 0 and "started" not in p.stdout
+    assert p.returncode == 0 and "started" not in p.stdout and "0 of them run now" in p.stdout
+    assert json.loads((tmp_path / "study.json").read_text())["runs"] == s["runs"]
+    p = subprocess.run(args + ["--train_args=--learning_rate=5e-3"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert p.returncode == 1 and "holds a run of other settings (learning_rate 0.01 -> 0.005)" in p.stderr
+    os.remove(tmp_path / "runs" / "original_s2" / "ckpt.pt")  # as if killed before its first checkpoint
+    p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0 and "original_s2 stopped before its first checkpoint: starting it again" in p.stdout
+    assert "1 of them run now" in p.stdout
+    for bad, msg in (("--jobs=0", "jobs must be >= 1"), ("--arms=orig", "arms must be a comma list of")):
+        p = subprocess.run(args + [bad], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr
