@@ -5,8 +5,9 @@ config; this script runs them (a few at a time, each on its own cores), then rea
 summary (assets/study.json) and the figures (plot.py).
 
     python prepare_oscar.py --source=gcide      # the corpus, once (Debian/Ubuntu: apt-get install dict-gcide)
-    python study.py                             # 5 arms x 3 seeds, two runs at a time: ~4.5 h on 2 CPU cores
-    python study.py --quick=True                # original and pairwise, seed 1, 800 steps: a first look
+    python study.py                             # 5 arms x 3 seeds, two runs at a time: ~6 h on 2 CPU cores
+    python study.py --quick=True                # original and pairwise, seed 1, 800 steps: a first look (~25 min)
+    python study.py --train=False               # the summary and figures of the runs that finished so far
     python study.py --base=config/study_gpu.py --jobs=1 --threads=0 --summary=assets/study_gpu.json \
         --figures=assets/study_gpu --out_dir=out/study_gpu          # bert-small scale on one GPU
 
