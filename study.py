@@ -99,11 +99,6 @@ def spread(values):
     return {'mean': sum(values) / len(values), 'min': min(values), 'max': max(values), 'n': len(values)}
 
 
-def steps_or_bound(r):
-    """Steps to the criterion, or for a run that never reached it a lower bound: more than its last step."""
-    return (r['steps_to_criterion'], False) if r['steps_to_criterion'] else (r['final_step'], True)
-
-
 def summarize(runs, level):
     """runs: {arm: {seed: run_summary}} -> per arm: steps to the criterion and final loss over seeds; and the
     ratios of steps (original / pairwise, original / symmetric, ...) per seed, paired by seed."""
@@ -120,7 +115,7 @@ def summarize(runs, level):
                                 if runs[num][s]['steps_to_criterion'] and runs[den][s]['steps_to_criterion'] else None)
                             for s in common}
                 # numerator never reached it, denominator did: the ratio is at least (last step / denominator's)
-                at_least = {s: steps_or_bound(runs[num][s])[0] / runs[den][s]['steps_to_criterion'] for s in common
+                at_least = {s: runs[num][s]['final_step'] / runs[den][s]['steps_to_criterion'] for s in common
                             if not runs[num][s]['steps_to_criterion'] and runs[den][s]['steps_to_criterion']}
                 ratios[f"{num}/{den}"] = {'per_seed': per_seed, **spread(list(per_seed.values())),
                                           'at_least_per_seed': at_least}
@@ -145,35 +140,30 @@ def main():
     if train:
         lock_dir(root, 'study.py')  # one study per folder (each train.py run also holds its own)
     plan = [(a, s) for s in seed_list for a in arm_list]  # seed-major: a partial study has every arm
-    commands = {}
+    folder = {p: os.path.join(root, f"{p[0]}_s{p[1]}") for p in plan}
+    args = {p: [base, *ARMS[p[0]][1], f'--seed={p[1]}', f'--out_dir={folder[p]}', *extra] for p in plan}
     env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
     pending, running, t_start, started = list(plan), {}, time.time(), 0
     print(f"study: {len(plan)} runs of {base} ({len(arm_list)} arms x {len(seed_list)} seeds), {jobs} at a time"
           f"{f', {threads} thread(s) each' if threads else ''}; logs in {root}/<arm>_s<seed>/; criterion: first "
           f"eval loss <= {level}", flush=True)
     if not train:  # summarise what finished; run nothing
-        state = {(a, sd): run_state(os.path.join(root, f"{a}_s{sd}"), [base, *ARMS[a][1], f'--seed={sd}',
-                 f'--out_dir={os.path.join(root, f"{a}_s{sd}")}', *extra]) for a, sd in plan}
+        state = {p: run_state(folder[p], args[p]) for p in plan}
         missing = [f"{a}_s{sd}" for (a, sd), st in state.items() if st != 'done']
         print(f"  not finished, left out: {', '.join(missing)}" if missing else "  every run finished")
         plan, pending = [p for p in plan if state[p] == 'done'], []
         check('study', (plan, f"no finished run in {root}: run it with --train=True"))
-        for a, sd in plan:
-            run = os.path.join(root, f"{a}_s{sd}")
-            commands[run] = ' '.join(['train.py', base, *ARMS[a][1], f'--seed={sd}', f'--out_dir={run}', *extra])
+    commands = {folder[p]: ' '.join(['train.py', *args[p]]) for p in plan}
     try:
         while pending or running:
             while pending and len(running) < jobs:
-                arm, seed = pending.pop(0)
-                run = os.path.join(root, f"{arm}_s{seed}")
-                args = [base, *ARMS[arm][1], f'--seed={seed}', f'--out_dir={run}', *extra]
-                commands[run] = ' '.join(['train.py', *args])
-                state = run_state(run, args)
+                key = pending.pop(0)
+                run, state = folder[key], run_state(folder[key], args[key])
                 if state == 'done':
                     continue
                 os.makedirs(run, exist_ok=True)
                 with open(os.path.join(run, 'train.txt'), 'a') as f:
-                    cmd = [sys.executable, 'train.py', *args] + (['--init_from=resume'] if state == 'resume' else [])
+                    cmd = [sys.executable, 'train.py', *args[key]] + (['--init_from=resume'] if state == 'resume' else [])
                     running[run] = (subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env), time.time())
                 started += 1
                 print(f"  started {run}", flush=True)
@@ -201,9 +191,9 @@ def main():
 
     runs = {}
     for a, sd in sorted(plan, key=lambda p: (arm_list.index(p[0]), int(p[1]))):
-        runs.setdefault(a, {})[sd] = run_summary(os.path.join(root, f"{a}_s{sd}"), level)
+        runs.setdefault(a, {})[sd] = run_summary(folder[(a, sd)], level)
     arm_list = [a for a in arm_list if a in runs]
-    first = load_checkpoint(os.path.join(root, f"{plan[0][0]}_s{plan[0][1]}", 'ckpt.pt'))['config']
+    first = load_checkpoint(os.path.join(folder[plan[0]], 'ckpt.pt'))['config']
     settings = {k: v for k, v in first.items() if k not in MACHINE + ('seed', 'attention_type', 's_init_std',
                                                                       'symmetric_init')}  # what every run shares
     per_arm, ratios = summarize(runs, level)
@@ -232,7 +222,7 @@ def main():
                        f" {jobs} runs at a time, {threads or 'default'} thread(s) each"})
         print(f"wrote {path}")
     if figures:
-        dirs = [os.path.join(root, f"{a}_s{sd}") for a in arm_list for sd in runs[a]]
+        dirs = [folder[(a, sd)] for a in arm_list for sd in runs[a]]
         labels = [ARMS[a][0] for a in arm_list for sd in runs[a]]
         subprocess.run([sys.executable, 'plot.py', f"--runs={','.join(dirs)}", f"--labels={','.join(labels)}",
                         f"--threshold={level}", f"--out={figures}{suffix}"], check=True)
