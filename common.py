@@ -163,6 +163,10 @@ def save_checkpoint(obj, path):
     atomic_write(path, lambda f: torch.save(obj, f))
 
 
+# train.py settings that say how a run is made, not what it is: a resume or a study may differ in them
+MACHINE_KEYS = ("init_from", "out_dir", "device", "dtype", "compile")
+
+
 def load_checkpoint(path, resume=False):
     """A train.py checkpoint (or a finetune_glue.py classifier, which has num_labels), checked: readable, with a
     model that fits its model_args and finite weights (and, to resume, the optimizer state). Pickled code is

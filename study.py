@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from common import first_step_below, load_checkpoint, lock_dir, read_evals, unlock_dir, write_json
+from common import MACHINE_KEYS, first_step_below, load_checkpoint, lock_dir, read_evals, unlock_dir, write_json
 from configurator import check, configure
 
 # -----------------------------------------------------------------------------
@@ -49,7 +49,6 @@ ARMS = {  # name: (legend label, train.py overrides of the base config)
     'original_sym_init': ('original with key = query at init', ['--attention_type=original', '--symmetric_init=True']),
 }
 QUICK = ['--max_iters=800']  # the quick variant's shorter schedule
-MACHINE = ('init_from', 'out_dir', 'device', 'dtype', 'compile')  # how a run is made, not what it is
 
 
 def run_state(run, cmd):
@@ -72,7 +71,7 @@ def run_state(run, cmd):
     ck = load_checkpoint(ckpt, resume=True)
     want = configure(dict(ck['config']), argv=cmd)  # the run's settings, overridden by what this command gives
     differ = [f"{k} {ck['config'][k]!r} -> {v!r}" for k, v in want.items()
-              if k not in MACHINE and v != ck['config'][k]]
+              if k not in MACHINE_KEYS and v != ck['config'][k]]
     if differ:
         raise SystemExit(f"study: {run} holds a run of other settings ({', '.join(differ)}): move it away or "
                          "use another --out_dir")
@@ -194,7 +193,7 @@ def main():
         runs.setdefault(a, {})[sd] = run_summary(folder[(a, sd)], level)
     arm_list = [a for a in arm_list if a in runs]
     first = load_checkpoint(os.path.join(folder[plan[0]], 'ckpt.pt'))['config']
-    settings = {k: v for k, v in first.items() if k not in MACHINE + ('seed', 'attention_type', 's_init_std',
+    settings = {k: v for k, v in first.items() if k not in MACHINE_KEYS + ('seed', 'attention_type', 's_init_std',
                                                                       'symmetric_init')}  # what every run shares
     per_arm, ratios = summarize(runs, level)
     print(f"\n| arm | seeds | first step with eval loss <= {level}: mean (min-max) | final eval loss |\n|---|---|---|---|")

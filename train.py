@@ -33,7 +33,7 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from common import (all_finite, atomic_write, autocast, check_device, compile_model, gpu_peak_flops,  # noqa: E402
-                    linear_schedule, load_checkpoint, load_dataset, lock_dir, mask_tokens, optimizer_step,
+                    MACHINE_KEYS, linear_schedule, load_checkpoint, load_dataset, lock_dir, mask_tokens, optimizer_step,
                     resolve_dtype, save_checkpoint)
 from configurator import check, configure  # noqa: E402
 from model import Bert, BertConfig, diagnostics  # noqa: E402
@@ -97,15 +97,14 @@ out_dir = os.path.abspath(out_dir)
 ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
 if int(os.environ.get("RANK", 0)) == 0:  # held by this run before anything in it is read
     lock_dir(out_dir, f"train.py {' '.join(sys.argv[1:])}"[:200])
-MACHINE = ("init_from", "out_dir", "device", "dtype", "compile")  # not the run's own settings
 
 # ---- the state of a previous run: resumed with its own settings; another run is never touched ----
 ckpt = load_checkpoint(ckpt_path, resume=True) if init_from == "resume" else None
 if ckpt is not None:  # every setting not given now comes from the run itself
-    inherited = {k: v for k, v in ckpt["config"].items() if k in config and k not in given and k not in MACHINE}
+    inherited = {k: v for k, v in ckpt["config"].items() if k in config and k not in given and k not in MACHINE_KEYS}
     config.update(inherited)
     globals().update(inherited)
-    changed = [f"{k} {ckpt['config'][k]!r} -> {config[k]!r}" for k in sorted(given - set(MACHINE))
+    changed = [f"{k} {ckpt['config'][k]!r} -> {config[k]!r}" for k in sorted(given - set(MACHINE_KEYS))
                if k in ckpt["config"] and ckpt["config"][k] != config[k]]
     model_args = ckpt["model_args"]  # the checkpoint decides the architecture; a contradiction is an error
     clash = [f"{k} {config[k]!r} (checkpoint: {model_args.get(k)!r})" for k in MODEL_KEYS
@@ -122,7 +121,7 @@ else:
             old = load_checkpoint(ckpt_path, resume=True)
         except SystemExit:  # not even readable: certainly not this run (refused below, nothing touched)
             old = {"config": {}, "iter_num": -1}
-        same = lambda c: {k: v for k, v in c.items() if k not in MACHINE}
+        same = lambda c: {k: v for k, v in c.items() if k not in MACHINE_KEYS}
         if same(old["config"]) == same(config) and old["iter_num"] >= max_iters:
             print(f"{out_dir} already holds this run, finished at step {old['iter_num']}: nothing to do. To train "
                   "it further: a higher --max_iters with --init_from=resume; a new run: another --out_dir")
