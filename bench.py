@@ -117,7 +117,7 @@ if __name__ == "__main__":
 
     configure(globals())
     device_type = check_device(device)
-    dtype = resolve_dtype(dtype, device_type)
+    dtype, dtype_why = resolve_dtype(dtype, device_type)
     if dtype == "float16":
         raise SystemExit("bench: dtype float16 would need a GradScaler here: use bfloat16 or float32")
     check(attention_types.split(","), ATTENTION_TYPES, "attention type")

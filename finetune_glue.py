@@ -52,7 +52,7 @@ max_train_samples = 0  # > 0: only the first N training rows of each task (smoke
 out_dir = 'out-glue'  # glue_results.json (and with save_models, the fine-tuned classifiers) go here
 save_models = False  # keep each fine-tuned classifier as <out_dir>/<task>_s<seed>.pt (export_hf.py exports them)
 device = 'cuda' if torch.cuda.is_available() else 'cpu'  # cpu, cuda or cuda:N
-dtype = 'auto'  # float32, bfloat16 or float16; auto = bf16 on GPUs that have it, else fp16; float32 on CPU
+dtype = 'auto'  # float32, bfloat16 or float16; auto = bf16 (fp16 on older GPUs), float32 on a CPU without native bf16
 compile = False  # torch.compile: off, as dynamic padding changes shapes every batch and each (task, seed)
           # is a fresh model, so it costs more than it saves on GLUE-sized runs
 # -----------------------------------------------------------------------------
@@ -431,7 +431,8 @@ if __name__ == '__main__':  # a script; the tests import its functions
         raise SystemExit("finetune_glue: epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be "
                          ">= 1, learning_rate > 0, warmup_ratio in [0, 1], weight_decay and grad_clip >= 0")
     device_type = check_device(device)
-    dtype = resolve_dtype(dtype, device_type)
+    dtype, why = resolve_dtype(dtype, device_type)
+    print(f"finetune_glue: {device}, {dtype} ({why})", flush=True)
     ctx = autocast(device_type, dtype)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if benchmark:

@@ -41,6 +41,10 @@ class BertConfig:
     # initialisation ablations (README "The study"): neither changes the operator, only where training starts
     s_init_std: float = 1.0  # pairwise: S ~ N(0, s_init_std^2); the paper's is 1.0, 0.02 is the other weights'
     symmetric_init: bool = False  # original: the key weight and bias start as copies of the query's
+    # the study's mechanism arms: a fixed multiplier on the scores (original with sqrt(d) starts with pairwise's
+    # score spread and keeps its larger gain) and pairwise with S frozen at its initialisation
+    score_scale: float = 1.0  # scores = score_scale * q k^T / sqrt(d); 1.0 everywhere in the paper
+    freeze_s: bool = False  # pairwise: S is not trained
 
     def __post_init__(self):
         if min(self.vocab_size, self.block_size, self.n_layer, self.n_head, self.n_embd, self.n_inner) < 1:
@@ -53,8 +57,10 @@ class BertConfig:
             raise ValueError(f"hybrid_pattern must be a comma list of {OPERATORS}, got {self.hybrid_pattern!r}")
         if self.symmetric_init and "original" not in self.layer_operators():
             raise ValueError("symmetric_init copies the query into the key: it needs original attention layers")
-        if not self.s_init_std > 0:
-            raise ValueError(f"s_init_std must be > 0, got {self.s_init_std}")
+        if not self.s_init_std > 0 or not self.score_scale > 0:
+            raise ValueError(f"s_init_std and score_scale must be > 0, got {self.s_init_std}, {self.score_scale}")
+        if self.freeze_s and "pairwise" not in self.layer_operators():
+            raise ValueError("freeze_s freezes the pairwise S: it needs pairwise attention layers")
 
     def layer_operators(self):
         if self.attention_type != "hybrid":
@@ -81,7 +87,9 @@ class SelfAttention(nn.Module):
         self.key = nn.Linear(cfg.n_embd, cfg.n_embd) if operator == "original" else None
         self.value = nn.Linear(cfg.n_embd, cfg.n_embd)
         # pairwise factors, one unconstrained d x d matrix per head, initialised N(0, 1) (see _init_weights)
-        self.S = nn.Parameter(torch.empty(cfg.n_head, d, d)) if operator == "pairwise" else None
+        self.S = nn.Parameter(torch.empty(cfg.n_head, d, d), requires_grad=not cfg.freeze_s) \
+            if operator == "pairwise" else None
+        self.scale = cfg.score_scale / math.sqrt(d)
         self.sub_ln = LayerNorm(cfg.n_embd) if cfg.sub_ln else nn.Identity()
         self.out = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.s_init_std, self.symmetric_init = cfg.s_init_std, cfg.symmetric_init and operator == "original"
@@ -91,7 +99,7 @@ class SelfAttention(nn.Module):
         return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
 
     def qk(self, x):
-        """The operator as ordinary attention: (q, k) per head with scores = q k^T / sqrt(d)."""
+        """The operator as ordinary attention: (q, k) per head with scores = q k^T * self.scale."""
         q = self.heads(self.query(x))
         k = self.heads(self.key(x)) if self.key is not None else q  # symmetric and pairwise: K = Q
         if self.S is not None:
@@ -102,13 +110,13 @@ class SelfAttention(nn.Module):
     def forward(self, x, mask=None):
         B, T, C = x.shape
         y = F.scaled_dot_product_attention(*self.qk(x), self.heads(self.value(x)), attn_mask=mask,
-                                           dropout_p=self.dropout if self.training else 0.0)
+                                           dropout_p=self.dropout if self.training else 0.0, scale=self.scale)
         return self.out(self.sub_ln(y.transpose(1, 2).reshape(B, T, C)))
 
     def attention_probs(self, x, mask=None):
         """[(B, nh, T, T) attention probabilities], for diagnostics (the fused kernel never forms them)."""
         q, k = self.qk(x)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+        scores = q @ k.transpose(-1, -2) * self.scale
         return [scores.masked_fill(~mask, float("-inf")).softmax(-1) if mask is not None else scores.softmax(-1)]
 
 

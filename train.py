@@ -48,6 +48,8 @@ hybrid_pattern = "original,additive"  # attention_type='hybrid': layer l uses en
 sub_ln = False  # sub-layer LayerNorms (HybridBERT / Magneto)
 s_init_std = 1.0  # pairwise: S ~ N(0, s_init_std^2) (the paper: 1.0; the study's ablation: 0.02)
 symmetric_init = False  # original: the key starts as a copy of the query (the study's ablation)
+score_scale = 1.0  # a fixed multiplier on the attention scores (the study's ablation: sqrt(d) for original)
+freeze_s = False  # pairwise: S stays at its initialisation (the study's ablation)
 n_layer, n_head, n_embd, n_inner = 12, 12, 768, 3072  # layers, heads, hidden size, MLP width
 block_size = 512  # sequence length; must divide the dataset's block size
 dropout = 0.1  # hidden and attention dropout
@@ -59,6 +61,7 @@ gradient_accumulation_steps = 8  # micro-batches per optimizer step, over all pr
 max_iters = 200_000  # optimizer steps
 learning_rate = 1e-4  # peak learning rate
 warmup_iters = 10_000  # linear warm-up from 0, then linear decay to 0 at max_iters
+decay_lr = True  # False: constant learning rate after the warm-up
 weight_decay = 0.01  # AdamW, on matrices and embeddings only
 beta1, beta2, eps = 0.9, 0.999, 1e-12  # AdamW
 grad_clip = 1.0  # max gradient norm (Hugging Face Trainer's default); 0 disables
@@ -72,14 +75,14 @@ wandb_log = False  # also log to Weights & Biases (pip install wandb)
 wandb_project = "symmetric-bert"  # its project name
 # system
 device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or mps
-dtype = "auto"  # float32, bfloat16 or float16 (with a GradScaler); auto: bf16 or fp16 on a GPU, float32 elsewhere
+dtype = "auto"  # float32, bfloat16 or float16 (with a GradScaler); auto: bf16 (fp16 on older GPUs), float32 on a CPU without native bf16
 compile = True  # torch.compile (falls back to eager, in one line, if it fails)
 peak_flops = 0.0  # device peak for the MFU estimate; 0 = guess from the GPU name (dense bf16)
 # -----------------------------------------------------------------------------
 given = set()  # the keys set by config files or --key=value
 config = configure(globals(), given=given)
 MODEL_KEYS = ("n_layer", "n_head", "n_embd", "n_inner", "block_size", "dropout", "attention_type",
-              "hybrid_pattern", "sub_ln", "s_init_std", "symmetric_init")
+              "hybrid_pattern", "sub_ln", "s_init_std", "symmetric_init", "score_scale", "freeze_s")
 check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch' or 'resume', got {init_from!r}"),
       (min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, max_iters) >= 1,
        "batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval and max_iters must be >= 1"),
@@ -105,7 +108,8 @@ if ckpt is not None:  # every setting not given now comes from the run itself
     config.update(inherited)
     globals().update(inherited)
     changed = [f"{k} {ckpt['config'][k]!r} -> {config[k]!r}" for k in sorted(given - set(MACHINE_KEYS))
-               if k in ckpt["config"] and ckpt["config"][k] != config[k]]
+               if k in ckpt["config"] and ckpt["config"][k] != config[k]
+               and not (k == "max_iters" and not config.get("decay_lr", True))]  # constant lr: extending is exact
     model_args = ckpt["model_args"]  # the checkpoint decides the architecture; a contradiction is an error
     clash = [f"{k} {config[k]!r} (checkpoint: {model_args.get(k)!r})" for k in MODEL_KEYS
              if k in given and config[k] != model_args.get(k, BertConfig.__dataclass_fields__[k].default)]
@@ -155,7 +159,10 @@ accum = gradient_accumulation_steps // world  # micro-steps per process and opti
 device_type = check_device(device)
 if device_type == "cuda":
     torch.cuda.set_device(torch.device(device).index or 0)  # RNG states and device name are this GPU's
-config["dtype"] = dtype = resolve_dtype(dtype, device_type)  # from the device in use, never from what is installed
+if ckpt is not None and "dtype" not in given and ckpt["config"].get("dtype", "float16") != "float16":
+    dtype = ckpt["config"]["dtype"]  # a resume keeps its run's precision (fp16 only where it was: a GPU)
+dtype, dtype_why = resolve_dtype(dtype, device_type)  # from the device in use, never from what is installed
+config["dtype"] = dtype
 ctx = autocast(device_type, dtype)
 torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
@@ -200,7 +207,7 @@ if master:
     n_params = sum(p.numel() for p in raw_model.parameters())
     print(f"{model_args['attention_type']} BERT, {n_params / 1e6:.2f}M parameters; {len(train_data):,} train / "
           f"{len(val_data):,} val blocks of {block_size}; {world} process(es) x {accum} micro-steps x {batch_size} = "
-          f"{batch_size * gradient_accumulation_steps} sequences per step; {device}, {dtype}", flush=True)
+          f"{batch_size * gradient_accumulation_steps} sequences per step; {device}, {dtype} ({dtype_why})", flush=True)
 
 # ---- data: a fresh permutation of the train blocks each epoch, indexed by global micro-batch ----
 perm_cache = {}
@@ -358,7 +365,7 @@ while True:
     if iter_num >= max_iters:
         break
 
-    lr = linear_schedule(iter_num, learning_rate, warmup_iters, max_iters)
+    lr = linear_schedule(iter_num, learning_rate, warmup_iters, max_iters, decay_lr)
     for group in optimizer.param_groups:
         group["lr"] = lr
     train_loss = torch.zeros((), device=device)

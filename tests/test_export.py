@@ -42,11 +42,12 @@ def inputs():
     return idx, mask, torch.randint(0, 2, (3, 24), generator=g)
 
 
-@pytest.mark.parametrize("attention_type", ["original", "symmetric", "pairwise"])
+@pytest.mark.parametrize("attention_type,score_scale", [("original", 1.0), ("symmetric", 1.0), ("pairwise", 1.0),
+                                                       ("original", 4.0), ("pairwise", 0.5)])
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
-def test_exported_masked_lm_gives_our_logits(tmp_path, attention_type, dtype, tol):
+def test_exported_masked_lm_gives_our_logits(tmp_path, attention_type, score_scale, dtype, tol):
     torch.manual_seed(1)
-    ours = perturbed(Bert(BertConfig(**TINY, attention_type=attention_type))).to(dtype)
+    ours = perturbed(Bert(BertConfig(**TINY, attention_type=attention_type, score_scale=score_scale))).to(dtype)
     if attention_type == "pairwise":
         S = ours.encoder.layers[0].attn.S
         assert (S - S.transpose(-1, -2)).abs().max() > 1.0  # not symmetric

@@ -88,7 +88,7 @@ def ref_encoder(sd, cfg, idx, attention_mask=None):
                     A = q @ q.T  # (3)
                 else:
                     A = q @ sd[p + "attn.S"][h] @ q.T  # (6)
-                A = (A / math.sqrt(d)).masked_fill(~real[None, :], float("-inf"))
+                A = (A * cfg.score_scale / math.sqrt(d)).masked_fill(~real[None, :], float("-inf"))
                 heads.append(torch.softmax(A, dim=-1) @ v)
             out[b] = lin(sub_ln(torch.cat(heads, dim=-1), p + "attn.sub_ln"), p + "attn.out")
         x = ref_layer_norm(x + out, sd[p + "ln_attn.weight"], sd[p + "ln_attn.bias"])
@@ -117,6 +117,19 @@ def test_encoder_matches_float64_equations(attention_type, sub_ln, dtype, tol):
         got = model.to(dtype).encoder(idx)
     assert got.dtype == dtype
     torch.testing.assert_close(got.double(), ref, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("attention_type", ["original", "symmetric", "pairwise"])
+def test_score_scale_multiplies_the_scores(attention_type):
+    model = tiny(attention_type, score_scale=3.0).eval()
+    perturb_(model)
+    idx = torch.randint(0, 97, (2, 11))
+    ref = ref_encoder(model.state_dict(), model.config, idx)
+    with torch.no_grad():
+        got = model.double().encoder(idx)
+    torch.testing.assert_close(got, ref, atol=1e-9, rtol=1e-9)
+    plain = ref_encoder(model.state_dict(), BertConfig(**{**vars(model.config), "score_scale": 1.0}), idx)
+    assert (plain - got).abs().max() > 1e-5  # the multiplier changes the output (far beyond the 1e-9 match)
 
 
 def test_pairwise_orientation_matters():
@@ -394,3 +407,46 @@ def test_symmetric_init_copies_query_into_key_then_trains_freely():
     with pytest.raises(ValueError, match="symmetric_init"):
         BertConfig(attention_type="pairwise", symmetric_init=True)
     BertConfig(attention_type="hybrid", symmetric_init=True)  # has original layers: fine
+
+
+def initial_score_std(**kw):
+    """The spread of the attention scores (before softmax) of the first layer at initialisation, at the study's
+    shape (2 heads of d = 64), on LayerNormed random embeddings as the first layer sees them."""
+    torch.manual_seed(0)
+    model = Bert(BertConfig(n_layer=1, n_head=2, n_embd=128, n_inner=16, **kw)).eval()
+    x = model.encoder.embed(torch.randint(0, 50000, (8, 64)))
+    attn = model.encoder.layers[0].attn
+    q, k = attn.qk(x)
+    return (q @ k.transpose(-1, -2) * attn.scale).std().item()
+
+
+def test_score_scale_sqrt_d_gives_original_pairwise_initial_score_spread():
+    pairwise, original = initial_score_std(attention_type="pairwise"), initial_score_std(attention_type="original")
+    matched = initial_score_std(attention_type="original", score_scale=8.0)  # sqrt(d), d = 64
+    assert 6 < pairwise / original < 11  # S ~ N(0, 1) starts the scores ~sqrt(d) wider
+    assert 0.8 < matched / pairwise < 1.25
+    assert 0.8 < initial_score_std(attention_type="pairwise", s_init_std=0.02) / original / 8 / 0.02 < 1.25
+    with pytest.raises(ValueError, match="score_scale"):
+        BertConfig(score_scale=0.0)
+
+
+def test_freeze_s_keeps_S_at_its_initialisation_and_trains_the_rest():
+    model = tiny("pairwise", freeze_s=True)
+    S0 = [layer.attn.S.detach().clone() for layer in model.encoder.layers]
+    assert S0[0].std().item() == pytest.approx(1.0, rel=0.2)  # frozen at the paper's N(0, 1)
+    q0 = model.encoder.layers[0].attn.query.weight.detach().clone()
+    opt = model.configure_optimizers(0.01, 1e-2, (0.9, 0.999), 1e-8, "cpu")
+    assert all(p.requires_grad for g in opt.param_groups for p in g["params"])
+    idx = torch.randint(0, 97, (4, 12))
+    for _ in range(2):
+        model(idx, torch.where(torch.rand(4, 12) < 0.3, idx, -100))[1].backward()
+        opt.step()
+        opt.zero_grad()
+    assert all(torch.equal(layer.attn.S, s) for layer, s in zip(model.encoder.layers, S0))
+    assert not torch.equal(model.encoder.layers[0].attn.query.weight, q0)
+    assert "encoder.layers.0.attn.S" in model.state_dict()  # a checkpoint still holds it
+    trained = tiny("pairwise")
+    trained.configure_optimizers(0.01, 1e-2, (0.9, 0.999), 1e-8, "cpu")
+    assert trained.encoder.layers[0].attn.S.requires_grad
+    with pytest.raises(ValueError, match="freeze_s"):
+        BertConfig(attention_type="original", freeze_s=True)

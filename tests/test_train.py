@@ -40,6 +40,9 @@ def test_lr_schedule_key_points():
     assert lr(105_000) == pytest.approx(5e-5)  # half way down the linear decay
     assert lr(200_000) == 0.0 and lr(250_000) == 0.0
     assert common.linear_schedule(3, 1e-5, 0, 10) == pytest.approx(7e-6)  # no warm-up: decay from the start
+    assert common.linear_schedule(5, 1e-3, 10, 100, decay=False) == pytest.approx(5e-4)  # warm-up as before
+    assert common.linear_schedule(10, 1e-3, 10, 100, decay=False) == common.linear_schedule(
+        10**6, 1e-3, 10, 100, decay=False) == 1e-3  # then constant, past max_iters too
 
 
 def test_masking_statistics_and_reproducibility():
@@ -120,22 +123,45 @@ def test_checkpoint_loader_checks(tmp_path):
         common.load_checkpoint(str(tmp_path / "snapshot.pt"), resume=True)
 
 
-def test_dtype_follows_the_device(monkeypatch):
+def test_dtype_follows_the_device(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
-    assert common.resolve_dtype("auto", "cpu") == "float32" and common.resolve_dtype("auto", "mps") == "float32"
-    assert common.resolve_dtype("auto", "cuda") == "float16"
-    assert common.resolve_dtype("bfloat16", "cpu") == "bfloat16"  # what the user asked for stands
+    monkeypatch.setattr(common, "cpu_has_native_bf16", lambda: False)
+    assert common.resolve_dtype("auto", "cpu")[0] == "float32" and common.resolve_dtype("auto", "mps")[0] == "float32"
+    assert common.resolve_dtype("auto", "cuda")[0] == "float16"
+    assert common.resolve_dtype("bfloat16", "cpu") == ("bfloat16", "as asked")  # what the user asked for stands
+    monkeypatch.setattr(common, "cpu_has_native_bf16", lambda: True)
+    dtype, why = common.resolve_dtype("auto", "cpu")
+    assert dtype == "bfloat16" and "natively" in why and "--dtype=float32" in why
+    assert common.resolve_dtype("auto", "mps")[0] == "float32" and common.resolve_dtype("float32", "cpu")[0] == "float32"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert common.resolve_dtype("auto", "cuda")[0] == "bfloat16"
     with pytest.raises(SystemExit, match="dtype must be"):
         common.resolve_dtype("fp8", "cuda")
 
 
+@pytest.mark.parametrize("flags,native", [("fpu sse avx512f avx512bw avx512_bf16 avx512_vnni", True),
+                                          ("fpu sse amx_bf16 amx_tile", True),
+                                          ("fpu sse avx2 avx512f avx512bw avx512_vnni", False)])  # emulated bf16
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, flags, native):
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+    assert common.cpu_has_native_bf16(str(info)) is native
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd" + (" bf16 i8mm" if native else " asimddp") + "\n")
+    assert common.cpu_has_native_bf16(str(arm)) is native
+    assert common.cpu_has_native_bf16(str(tmp_path / "none")) is False  # not Linux: float32
+
+
 # ---- end to end, on the built-in corpus ---------------------------------------------------------------
-@pytest.mark.parametrize("attention_type", ["original", "symmetric", "pairwise", "hybrid"])
-def test_loss_falls_for_each_operator(data_dir, tmp_path, attention_type):
+@pytest.mark.parametrize("attention_type,dtype", [("original", "float32"), ("symmetric", "float32"),
+                                                  ("pairwise", "float32"), ("hybrid", "float32"),
+                                                  ("original", "bfloat16"), ("pairwise", "bfloat16")])
+def test_loss_falls_for_each_operator(data_dir, tmp_path, attention_type, dtype):
     out = str(tmp_path / "out")
-    run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", f"--attention_type={attention_type}",
-              "--max_iters=30", "--eval_interval=15", "--checkpoint_interval=15")
+    p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", f"--attention_type={attention_type}",
+                  "--max_iters=30", "--eval_interval=15", "--checkpoint_interval=15", f"--dtype={dtype}")
+    assert f"cpu, {dtype} (as asked)" in p.stdout
     evals = read_log(out, "eval")
     assert [r["step"] for r in evals] == [0, 15, 30]
     assert evals[-1]["loss"] < evals[0]["loss"] - 1.5, evals
@@ -148,8 +174,9 @@ def test_loss_falls_for_each_operator(data_dir, tmp_path, attention_type):
     model.load_state_dict(torch.load(os.path.join(out, "snapshots", snaps[0]), weights_only=True)["model"])
 
 
-def test_exact_resume_after_sigterm(data_dir, tmp_path):
-    args = [*TINY, f"--dataset={data_dir}", "--max_iters=24", "--eval_interval=8", "--dropout=0.1"]
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_exact_resume_after_sigterm(data_dir, tmp_path, dtype):
+    args = [*TINY, f"--dataset={data_dir}", "--max_iters=24", "--eval_interval=8", "--dropout=0.1", f"--dtype={dtype}"]
     full = str(tmp_path / "full")
     run_train(*args, f"--out_dir={full}")
 
@@ -170,7 +197,9 @@ def test_exact_resume_after_sigterm(data_dir, tmp_path):
     assert 3 <= stopped_at < 24, "the run was not interrupted"
     assert "stopped by signal" in out_text
 
-    run_train(*args, f"--out_dir={part}", "--init_from=resume")
+    no_dtype = [a for a in args if not a.startswith("--dtype")]  # the resume keeps the run's own, whatever auto says
+    p = run_train(*no_dtype, f"--out_dir={part}", "--init_from=resume")
+    assert f"cpu, {dtype} (as asked)" in p.stdout and "not an exact continuation" not in p.stdout
     for kind in ("train", "eval"):
         a, b = read_log(full, kind), read_log(part, kind)
         assert [r["step"] for r in a] == [r["step"] for r in b]
@@ -366,3 +395,17 @@ def test_resume_takes_the_runs_own_settings(data_dir, tmp_path):
     ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
     assert ckpt["config"]["dataset"] == data_dir and ckpt["config"]["batch_size"] == 8 and ckpt["iter_num"] == 6
     assert [r["step"] for r in read_log(out, "eval")] == [0, 2, 4, 6]
+
+
+def test_a_constant_lr_run_extends_exactly(data_dir, tmp_path):
+    """decay_lr=False: a run's past does not depend on max_iters, so a resume to a higher max_iters is the same
+    run as one that was that long from the start (the study extends runs this way)."""
+    args = [*TINY, f"--dataset={data_dir}", "--eval_interval=4", "--decay_lr=False", "--dtype=float32"]
+    run_train(*args, "--max_iters=12", f"--out_dir={tmp_path}/long")
+    run_train(*args, "--max_iters=8", f"--out_dir={tmp_path}/short")
+    p = run_train(f"--out_dir={tmp_path}/short", "--init_from=resume", "--max_iters=12", "--compile=False")
+    assert "not an exact continuation" not in p.stdout
+    for kind in ("train", "eval"):
+        a, b = read_log(f"{tmp_path}/long", kind), read_log(f"{tmp_path}/short", kind)
+        assert [(r["step"], r["loss"], r.get("lr")) for r in a] == [(r["step"], r["loss"], r.get("lr")) for r in b]
+    assert read_log(f"{tmp_path}/long", "train")[-1]["lr"] == 1e-2  # constant, not decayed
