@@ -71,6 +71,21 @@ def print_help(g, defaults):
         print(f"  --{name}={show(defaults[name])}")
 
 
+def read_file(path):
+    """The settings a config file assigns (plain Python, run with an empty namespace)."""
+    try:
+        with open(path) as f:
+            source = f.read()
+    except OSError as e:
+        raise SystemExit(f"config: cannot read config file {path}: {e.strerror}")
+    values = {}
+    try:
+        exec(compile(source, path, "exec"), {}, values)
+    except Exception as e:
+        raise SystemExit(f"config: error in config file {path}: {type(e).__name__}: {e}")
+    return {k: v for k, v in values.items() if not k.startswith("_") and isinstance(v, SIMPLE)}
+
+
 def configure(g, argv=None, given=None):
     """Apply config files and --key=value overrides from argv (default sys.argv[1:]) to the dict g; returns the
     effective configuration. given, a set, receives the keys that a config file or an override set."""
@@ -87,20 +102,9 @@ def configure(g, argv=None, given=None):
         raise SystemExit(0)
     for arg in argv:
         if not arg.startswith("--"):  # a config file
-            try:
-                with open(arg) as f:
-                    source = f.read()
-            except OSError as e:
-                raise SystemExit(f"config: cannot read config file {arg}: {e.strerror}")
-            values = {}
-            try:
-                exec(compile(source, arg, "exec"), {}, values)
-            except Exception as e:
-                raise SystemExit(f"config: error in config file {arg}: {type(e).__name__}: {e}")
-            for k, v in values.items():
-                if not k.startswith("_") and isinstance(v, SIMPLE):
-                    g[k] = _check(k, v, defaults, arg)
-                    given.add(k)
+            for k, v in read_file(arg).items():
+                g[k] = _check(k, v, defaults, arg)
+                given.add(k)
         else:
             key, eq, text = arg[2:].partition("=")
             if not eq:

@@ -1,17 +1,18 @@
 """
 The study (README "The study"): when does each attention operator leave the initial loss plateau, and does
 the speed-up follow the operator or its initialisation? Every arm x seed is a plain train.py run of the base
-config; this script runs them (a few at a time, each on its own cores), then reads their logs and writes the
-summary (assets/study.json) and the figures (plot.py).
+config. Each finished run's eval records are kept in assets/study/<arm>_s<seed>.jsonl (a few KB, committed): the
+summary (assets/study.json) and the figures are made from those files alone.
 
     python prepare_oscar.py --source=gcide      # the corpus, once (Debian/Ubuntu: apt-get install dict-gcide)
-    python study.py                             # 5 arms x 3 seeds, two runs at a time: ~6 h on 2 CPU cores
-    python study.py --quick=True                # original and pairwise, seed 1, 800 steps: a first look (~25 min)
-    python study.py --train=False               # the summary and figures of the runs that finished so far
-    python study.py --base=config/study_gpu.py --jobs=1 --threads=0 --summary=assets/study_gpu.json \
-        --figures=assets/study_gpu --out_dir=out/study_gpu          # bert-small scale on one GPU
+    python study.py                             # runs only the runs that assets/study/ lacks, two at a time
+    python study.py --train=False               # the summary and figures from the records, nothing run
 
-Runs that finished are not run again and interrupted ones are resumed: re-running the command continues.
+The criterion, fixed before the study's runs (README "The study"): the first eval step whose loss is at least
+`drop` nats below U, the eval loss of the frequency (unigram) predictor on the same eval tokens. A run stops (train.py's
+target_loss) once it has met the criterion and reached `min_steps`, for the uncensored endpoint, the eval loss at
+min_steps; one that never meets it runs to the cap (the base config's max_iters) and is censored there.
+Interrupted runs are resumed from out/study/; re-running the command continues.
 """
 import datetime
 import json
@@ -22,210 +23,330 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import torch
 
-from common import MACHINE_KEYS, first_step_below, load_checkpoint, lock_dir, read_evals, unlock_dir, write_json
-from configurator import check, configure
+import plot
+from common import atomic_write, load_checkpoint, load_dataset, lock_dir, read_evals, read_json, unlock_dir, write_json
+from configurator import check, configure, read_file
 
 # -----------------------------------------------------------------------------
 base = 'config/study.py'  # the train.py config every arm starts from
-arms = 'original,symmetric,pairwise,pairwise_small_s,original_sym_init'  # a comma list of the ARMS below
-seeds = '1,2,3'  # seed changes the initialisation and the data order; the eval set is the same for all
-quick = False  # a first look: original and pairwise, seed 1, QUICK's shorter schedule
-threshold = 4.8  # the criterion: first eval step with eval loss <= threshold (how it was fixed: README)
+arms = 'original,pairwise,pairwise_small_s,symmetric,original_scaled,pairwise_frozen_s,original_sym_init'  # ARMS
+seeds = ''  # '' = each arm's own count of paired seeds (ARMS); a comma list = these seeds for every arm
+drop = 0.5  # the criterion: first eval step with loss <= U - drop (U: the unigram predictor's eval loss)
+sweep = '0.3,0.4,0.5,0.6,0.7'  # other drops, to show whether the order depends on the one criterion
+min_steps = 1000  # a run that met the criterion stops at the first eval at or after this step
 jobs = 2  # train.py runs at a time
 threads = 1  # torch threads per run (OMP_NUM_THREADS); 0 = torch's default
 train_args = ''  # extra train.py arguments for every run, space-separated, e.g. '--device=cuda'
-out_dir = 'out/study'  # one folder per run: <out_dir>/<arm>_s<seed>
+out_dir = 'out/study'  # the runs' working folders (checkpoints): <out_dir>/<arm>_s<seed>
+records = 'assets/study'  # the finished runs' eval records, one <arm>_s<seed>.jsonl each
 summary = 'assets/study.json'  # '' = none
-figures = 'assets/study'  # plot.py's output prefix; '' = none
-train = True  # False: run nothing; summarise the finished runs (a partial study: the missing ones are listed)
+figures = 'assets/study'  # output prefix of the figures; '' = none
+train = True  # False: run nothing; summarise the records there are (the missing runs are listed)
 # -----------------------------------------------------------------------------
-ARMS = {  # name: (legend label, train.py overrides of the base config)
-    'original': ('original', ['--attention_type=original']),
-    'symmetric': ('symmetric', ['--attention_type=symmetric']),
-    'pairwise': ('pairwise', ['--attention_type=pairwise']),
-    'pairwise_small_s': ('pairwise with S ~ N(0; 0.02^2)', ['--attention_type=pairwise', '--s_init_std=0.02']),
-    'original_sym_init': ('original with key = query at init', ['--attention_type=original', '--symmetric_init=True']),
+ARMS = {  # name: (legend label, train.py overrides of the base config, paired seeds by default)
+    'original': ('original', ['--attention_type=original'], 5),
+    'pairwise': ('pairwise', ['--attention_type=pairwise'], 5),
+    'pairwise_small_s': ('pairwise, S ~ N(0, 0.02^2)', ['--attention_type=pairwise', '--s_init_std=0.02'], 5),
+    'symmetric': ('symmetric', ['--attention_type=symmetric'], 3),
+    # sqrt(d) = 8 for the base config's d = 64: the original's scores start as wide as pairwise's (tests/test_model.py)
+    'original_scaled': ('original, scores x sqrt(d)', ['--attention_type=original', '--score_scale=8.0'], 3),
+    'pairwise_frozen_s': ('pairwise, S frozen at N(0, 1)', ['--attention_type=pairwise', '--freeze_s=True'], 3),
+    'original_sym_init': ('original, key = query at init', ['--attention_type=original', '--symmetric_init=True'], 3),
 }
-QUICK = ['--max_iters=800']  # the quick variant's shorter schedule
+RUN_KEYS_IGNORED = ('init_from', 'out_dir', 'device', 'compile')  # where and how a run ran; dtype does count
+LENGTH_KEYS = ('max_iters', 'target_loss', 'min_iters')  # how long a run went: a record can be extended
 
 
-def run_state(run, cmd):
-    """'new', 'resume' or 'done' for a run folder and the train.py arguments that make it. A checkpoint of other
-    settings is an error naming them (a changed base config or --train_args): results never mix silently."""
-    ckpt, log = os.path.join(run, 'ckpt.pt'), os.path.join(run, 'log.jsonl')
-    if os.path.isdir(run):  # a run that is training now (another study, a hand-started train.py) is not touched
-        try:
-            lock_dir(run, 'study.py')
-        except SystemExit as e:
-            if train:
-                raise SystemExit(f"study: {e}")
-            return 'running'
-        unlock_dir(run)
-    if not os.path.exists(ckpt):
-        if os.path.exists(log) and train:  # stopped before its first checkpoint: nothing to resume from
-            os.replace(log, f"{log}.stopped-{int(time.time())}")
-            print(f"  {run} stopped before its first checkpoint: starting it again (its log: log.jsonl.stopped-*)")
-        return 'new'
-    ck = load_checkpoint(ckpt, resume=True)
-    want = configure(dict(ck['config']), argv=cmd)  # the run's settings, overridden by what this command gives
-    differ = [f"{k} {ck['config'][k]!r} -> {v!r}" for k, v in want.items()
-              if k not in MACHINE_KEYS and v != ck['config'][k]]
-    if differ:
-        raise SystemExit(f"study: {run} holds a run of other settings ({', '.join(differ)}): move it away or "
-                         "use another --out_dir")
-    return 'done' if ck['iter_num'] >= want['max_iters'] else 'resume'
+# ----------------------------------------------------------------------------- statistics (numpy only)
+def steps_to(evals, level):
+    """The first eval step whose loss is <= level, or None."""
+    return next((r['step'] for r in evals if r['loss'] <= level), None)
 
 
-def run_summary(run, level):
-    """Per run: steps to the criterion (None: not reached), final loss, accuracy and diagnostics, the curves."""
-    evals = read_evals(run)
-    last = evals[-1]
-    return {'steps_to_criterion': first_step_below(evals, level), 'final_step': last['step'],
-            'final_loss': last['loss'], 'final_accuracy': last.get('accuracy'),
-            'final_attn_entropy': last.get('attn_entropy'), 'final_collapse': last.get('collapse'),
-            'minutes': round((last['time'] - evals[0]['time']) / 60, 1) if 'time' in last and 'time' in evals[0] else None,
-            'curve': [[r['step'], round(r['loss'], 5)] for r in evals],
-            'attn_entropy': [[r['step'], [round(e, 4) for e in r['attn_entropy']]] for r in evals if 'attn_entropy' in r],
-            'collapse': [[r['step'], round(r['collapse'], 4)] for r in evals if 'collapse' in r]}
+def loss_at(evals, step):
+    return next((r['loss'] for r in evals if r['step'] == step), None)
 
 
-def spread(values):
-    """mean, min, max of a list; None when a value is missing (a run that never reached the criterion)."""
-    if not values or any(v is None for v in values):
-        return {'mean': None, 'min': None, 'max': None, 'n': len(values)}
-    return {'mean': sum(values) / len(values), 'min': min(values), 'max': max(values), 'n': len(values)}
+def kaplan_meier(times, events):
+    """Survival ('still on the plateau') after each distinct event step: [(step, S)], starting at (0, 1). times:
+    the event step, or the last step of a censored run (events False): it leaves the risk set without an event."""
+    times, events = np.asarray(times, float), np.asarray(events, bool)
+    curve, s = [(0, 1.0)], 1.0
+    for t in np.unique(times[events]):
+        at_risk, d = (times >= t).sum(), (events & (times == t)).sum()
+        s *= 1 - d / at_risk
+        curve.append((int(t), float(s)))
+    return curve
 
 
-def summarize(runs, level):
-    """runs: {arm: {seed: run_summary}} -> per arm: steps to the criterion and final loss over seeds; and the
-    ratios of steps (original / pairwise, original / symmetric, ...) per seed, paired by seed."""
-    per_arm = {arm: {'steps_to_criterion': spread([r['steps_to_criterion'] for r in rs.values()]),
-                     'final_loss': spread([r['final_loss'] for r in rs.values()]),
-                     'reached': sum(r['steps_to_criterion'] is not None for r in rs.values())}
-               for arm, rs in runs.items()}
-    ratios = {}
-    for num in ('original', 'original_sym_init'):
-        for den in ('pairwise', 'symmetric', 'pairwise_small_s', 'original_sym_init'):
-            if num in runs and den in runs and num != den:
-                common = sorted(set(runs[num]) & set(runs[den]), key=int)
-                per_seed = {s: (runs[num][s]['steps_to_criterion'] / runs[den][s]['steps_to_criterion']
-                                if runs[num][s]['steps_to_criterion'] and runs[den][s]['steps_to_criterion'] else None)
-                            for s in common}
-                # numerator never reached it, denominator did: the ratio is at least (last step / denominator's)
-                at_least = {s: runs[num][s]['final_step'] / runs[den][s]['steps_to_criterion'] for s in common
-                            if not runs[num][s]['steps_to_criterion'] and runs[den][s]['steps_to_criterion']}
-                ratios[f"{num}/{den}"] = {'per_seed': per_seed, **spread(list(per_seed.values())),
-                                          'at_least_per_seed': at_least}
-    return per_arm, ratios
+def km_median(curve):
+    """The first step at which survival is <= 0.5; None: more than half still on the plateau at the end."""
+    return next((t for t, s in curve if s <= 0.5), None)
 
 
-def fmt(s, f='{:.0f}'):
-    if s['mean'] is None:
-        return 'not reached by every seed'
-    return f.format(s['mean']) + (f" ({f.format(s['min'])}-{f.format(s['max'])})" if s['n'] > 1 else '')
+def rmst(curve, cap):
+    """Restricted mean steps to the criterion: the area under the survival curve up to the cap."""
+    steps = [t for t, _ in curve if t < cap] + [cap]
+    return float(sum((b - a) * s for (a, s), b in zip(curve, steps[1:])))
 
 
-def main():
-    arm_list = ['original', 'pairwise'] if quick else arms.split(',')
-    seed_list = ['1'] if quick else seeds.split(',')
-    check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
-          (all(s.isdigit() for s in seed_list), f"seeds must be a comma list of integers, got {seeds!r}"),
-          (jobs >= 1 and threads >= 0, "jobs must be >= 1 and threads >= 0"))
-    level, extra = threshold, (QUICK if quick else []) + train_args.split()
-    suffix = '_quick' if quick else ''  # the quick variant never overwrites the full study's files
-    root = out_dir + suffix
-    if train:
-        lock_dir(root, 'study.py')  # one study per folder (each train.py run also holds its own)
-    plan = [(a, s) for s in seed_list for a in arm_list]  # seed-major: a partial study has every arm
-    folder = {p: os.path.join(root, f"{p[0]}_s{p[1]}") for p in plan}
-    args = {p: [base, *ARMS[p[0]][1], f'--seed={p[1]}', f'--out_dir={folder[p]}', *extra] for p in plan}
-    env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
-    pending, running, t_start, started = list(plan), {}, time.time(), 0
-    print(f"study: {len(plan)} runs of {base} ({len(arm_list)} arms x {len(seed_list)} seeds), {jobs} at a time"
-          f"{f', {threads} thread(s) each' if threads else ''}; logs in {root}/<arm>_s<seed>/; criterion: first "
-          f"eval loss <= {level}", flush=True)
-    if not train:  # summarise what finished; run nothing
-        state = {p: run_state(folder[p], args[p]) for p in plan}
-        missing = [f"{a}_s{sd}" for (a, sd), st in state.items() if st != 'done']
-        print(f"  not finished, left out: {', '.join(missing)}" if missing else "  every run finished")
-        plan, pending = [p for p in plan if state[p] == 'done'], []
-        check('study', (plan, f"no finished run in {root}: run it with --train=True"))
-    commands = {folder[p]: ' '.join(['train.py', *args[p]]) for p in plan}
+def bootstrap_ci(x, n=10_000, seed=0):
+    """The 2.5 and 97.5 percentiles of the mean of x resampled with replacement (over seeds)."""
+    x = np.asarray(x, float)
+    means = x[np.random.default_rng(seed).integers(0, len(x), (n, len(x)))].mean(1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def paired_ratio(num, den, cap):
+    """Ratio of steps to the criterion of two runs of one seed: '1.50', '> 1.50' (the numerator censored),
+    '< 1.50' (the denominator censored), or '-' (both censored)."""
+    if num and den:
+        return f"{num / den:.2f}"
+    if den:
+        return f"> {cap / den:.2f}"
+    return f"< {num / cap:.2f}" if num else "-"
+
+
+def unigram_loss(data_dir, block_size, batch_size, eval_iters):
+    """U: the cross-entropy of predicting each eval token from its frequency in train.bin (add-one smoothed),
+    over the ordinary tokens of the eval blocks train.py uses (the first eval_iters * batch_size of val.bin).
+    Masking picks positions uniformly among those tokens, so U is the expected eval loss of that predictor."""
+    vocab = read_json(os.path.join(data_dir, 'meta.json'), 'dataset metadata').get('vocab_size') \
+        if os.path.exists(os.path.join(data_dir, 'meta.json')) else 0
+    train_data, val_data, meta = load_dataset(data_dir, vocab, block_size)
+    n = min(meta['special'].values())
+    tokens = np.asarray(train_data).reshape(-1)
+    counts = np.bincount(tokens[tokens < n], minlength=n) + 1.0
+    val = np.asarray(val_data[:eval_iters * batch_size]).reshape(-1)
+    return float(-np.log(counts / counts.sum())[val[val < n]].mean())
+
+
+# ----------------------------------------------------------------------------- runs and records
+def read_record(path):
+    """(head, eval records) of a committed run record, head holding the run's config and U; None if there is none."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        head = f.readline()
     try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                key = pending.pop(0)
-                run, state = folder[key], run_state(folder[key], args[key])
-                if state == 'done':
-                    continue
-                os.makedirs(run, exist_ok=True)
+        head = json.loads(head)
+        head['config'], head['unigram_loss']
+    except (ValueError, KeyError, TypeError):
+        raise SystemExit(f"study: {path} is not a study record (its first line must hold the run's config): "
+                         "move it away and run again")
+    return head, read_evals(path)
+
+
+def write_record(path, run, command, u):
+    """The run's settings and its eval records (from out_dir/log.jsonl) as the committed record."""
+    settings = load_checkpoint(os.path.join(run, 'ckpt.pt'))['config']
+    head = {'type': 'config', 'config': settings, 'unigram_loss': u, 'command': command, 'torch': torch.__version__,
+            'machine': f"{platform.machine()}, {os.cpu_count()} cores", 'date': datetime.date.today().isoformat()}
+    lines = [json.dumps(head)] + [json.dumps({k: round(v, 5) if isinstance(v, float) else
+                                                 [round(e, 4) for e in v] if isinstance(v, list) else v
+                                              for k, v in r.items()}) for r in read_evals(run)]
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    atomic_write(path, lambda f: f.write('\n'.join(lines) + '\n'), mode='w')
+
+
+def differ(have, cmd):
+    """The settings (other than where the run ran, and its length) in which a run differs from what cmd asks."""
+    want = configure(dict(have), argv=cmd)
+    return [f"{k} {have[k]!r} -> {v!r}" for k, v in want.items()
+            if k not in RUN_KEYS_IGNORED + LENGTH_KEYS and v != have[k]]
+
+
+def is_finished(evals, level, cap):
+    last = evals[-1]['step']
+    return last >= cap or (steps_to(evals, level) is not None and last >= min_steps)
+
+
+# ----------------------------------------------------------------------------- the study
+def plan_runs():
+    arm_list = arms.split(',')
+    check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
+          (all(s.isdigit() for s in seeds.split(',')) if seeds else True, f"seeds must be a comma list of integers"),
+          (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"))
+    plan = []
+    for arm in arm_list:
+        for sd in (seeds.split(',') if seeds else [str(i) for i in range(1, ARMS[arm][2] + 1)]):
+            cmd = [base, *ARMS[arm][1], f'--seed={sd}', *train_args.split()]
+            plan.append((arm, sd, cmd))
+    return sorted(plan, key=lambda p: (int(p[1]), arm_list.index(p[0])))  # seed-major: a partial study has every arm
+
+
+def run_all(plan, u, cap):
+    """Trains the runs whose records are missing or unfinished, `jobs` at a time; writes each record as it ends."""
+    todo, level = [], u - drop
+    for arm, sd, cmd in plan:
+        rec, run = read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")), os.path.join(out_dir, f"{arm}_s{sd}")
+        if rec and differ(rec[0]['config'], cmd):
+            raise SystemExit(f"study: {records}/{arm}_s{sd}.jsonl is a run of other settings "
+                             f"({', '.join(differ(rec[0]['config'], cmd))}): move it away or use another --records")
+        if rec and is_finished(rec[1], level, cap):
+            continue
+        ckpt = os.path.join(run, 'ckpt.pt')
+        resume = os.path.exists(ckpt) and not differ(load_checkpoint(ckpt, resume=True)['config'], cmd)
+        if os.path.exists(ckpt) and not resume:
+            raise SystemExit(f"study: {run} holds a run of other settings: move it away or use another --out_dir")
+        stop = [f'--target_loss={level}', f'--min_iters={min_steps}']  # train.py stops once the criterion is met
+        todo.append((arm, sd, cmd + stop + [f'--out_dir={run}'] + (['--init_from=resume'] if resume else []), run))
+    env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
+    running = {}
+    print(f"study: {len(plan) - len(todo)} of {len(plan)} runs recorded in {records}/; {len(todo)} to train, {jobs} "
+          f"at a time; criterion: eval loss <= {level:.4f}", flush=True)
+    try:
+        while todo or running:
+            while todo and len(running) < jobs:
+                arm, sd, cmd, run = todo.pop(0)
+                lock_dir(run, 'study.py')  # another study or train.py there: one line, nothing started
+                unlock_dir(run)
                 with open(os.path.join(run, 'train.txt'), 'a') as f:
-                    cmd = [sys.executable, 'train.py', *args[key]] + (['--init_from=resume'] if state == 'resume' else [])
-                    running[run] = (subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env), time.time())
-                started += 1
+                    p = subprocess.Popen([sys.executable, 'train.py', *cmd], stdout=f, stderr=subprocess.STDOUT, env=env)
+                running[run] = (p, arm, sd, cmd, time.time())
                 print(f"  started {run}", flush=True)
             time.sleep(2)
-            for run, (p, t0) in list(running.items()):
+            for run, (p, arm, sd, cmd, t0) in list(running.items()):
                 if p.poll() is None:
                     continue
                 del running[run]
-                if p.returncode:  # stop here: the same cause (no dataset, a bad setting) would fail every run
+                if p.returncode:
                     with open(os.path.join(run, 'train.txt')) as f:
                         last = (f.read().strip().splitlines() or [''])[-1]
                     raise SystemExit(f"study: {run} failed (exit {p.returncode}): {last}")
-                r = run_summary(run, level)
-                print(f"  done {run} in {(time.time() - t0) / 60:.1f} min: eval loss {r['final_loss']:.4f}, "
-                      f"criterion reached at step {r['steps_to_criterion']}", flush=True)
+                write_record(os.path.join(records, f"{arm}_s{sd}.jsonl"), run, ' '.join(['python train.py', *cmd]), u)
+                evals = read_evals(run)
+                print(f"  done {run} in {(time.time() - t0) / 60:.1f} min: step {evals[-1]['step']}, criterion met at "
+                      f"step {steps_to(evals, level)}; record: {records}/{arm}_s{sd}.jsonl", flush=True)
     except BaseException:  # Ctrl-C or a failed run: the others save their checkpoint and stop
-        for p, _ in running.values():
+        for p, *_ in running.values():
             p.send_signal(signal.SIGINT)
-        for p, _ in running.values():
+        for p, *_ in running.values():
             p.wait()
         if sys.exc_info()[0] is KeyboardInterrupt:
             raise SystemExit("study: interrupted; the same command continues where it stopped")
         raise
-    minutes = (time.time() - t_start) / 60
 
-    runs = {}
-    for a, sd in sorted(plan, key=lambda p: (arm_list.index(p[0]), int(p[1]))):
-        runs.setdefault(a, {})[sd] = run_summary(folder[(a, sd)], level)
-    arm_list = [a for a in arm_list if a in runs]
-    first = load_checkpoint(os.path.join(folder[plan[0]], 'ckpt.pt'))['config']
-    settings = {k: v for k, v in first.items() if k not in MACHINE_KEYS + ('seed', 'attention_type', 's_init_std',
-                                                                      'symmetric_init')}  # what every run shares
-    per_arm, ratios = summarize(runs, level)
-    print(f"\n| arm | seeds | first step with eval loss <= {level}: mean (min-max) | final eval loss |\n|---|---|---|---|")
-    for a in arm_list:
-        st = per_arm[a]['steps_to_criterion']
-        steps = fmt(st) if st['mean'] is not None else (f"not reached by {st['n'] - per_arm[a]['reached']} of "
-                                                         f"{st['n']} runs (> {max(r['final_step'] for r in runs[a].values())})")
-        print(f"| {ARMS[a][0]} | {', '.join(runs[a])} | {steps} | "
-              f"{fmt(per_arm[a]['final_loss'], '{:.3f}')} |")
-    print("\n| ratio of steps to the criterion | per seed | mean (min-max) |\n|---|---|---|")
-    for k, v in ratios.items():
-        per = ', '.join(f"{x:.2f}" if x else f"> {v['at_least_per_seed'][sd]:.2f}" if sd in v['at_least_per_seed']
-                        else '-' for sd, x in v['per_seed'].items())
-        print(f"| {k} | {per} | {fmt(v, '{:.2f}')} |")
+
+def summarize(runs, u, cap):
+    """runs: {arm: {seed: evals}} -> the summary: per arm the runs that met the criterion, the Kaplan-Meier median
+    and restricted mean steps, the eval loss at min_steps; paired with the original by seed: loss differences with
+    a bootstrap interval and ratios of steps (bounds where censored); the same medians for every drop of the sweep."""
+    def times(evals, level):
+        t = steps_to(evals, level)
+        return (t, True) if t is not None else (evals[-1]['step'], False)
+
+    level = u - drop
+    out = {'per_arm': {}, 'paired_with_original': {}, 'sweep': {}}
+    for arm, rs in runs.items():
+        tt, ev = zip(*[times(e, level) for e in rs.values()])
+        curve = kaplan_meier(tt, ev)
+        losses = [loss_at(e, min_steps) for e in rs.values()]
+        out['per_arm'][arm] = {
+            'seeds': list(rs), 'reached': int(sum(ev)), 'n': len(rs),
+            'steps_to_criterion': {s: (t if e else None) for s, t, e in zip(rs, tt, ev)},
+            'km_median': km_median(curve), 'rmst': round(rmst(curve, cap), 1), 'km_curve': curve,
+            f'loss_at_{min_steps}': {'mean': float(np.mean(losses)), 'sd': float(np.std(losses, ddof=1)) if len(rs) > 1
+                                     else None, 'per_seed': dict(zip(rs, losses))} if None not in losses else None}
+    for arm, rs in runs.items():
+        common = sorted(set(rs) & set(runs.get('original', {})), key=int)
+        if arm == 'original' or not common:
+            continue
+        diff = [loss_at(rs[s], min_steps) - loss_at(runs['original'][s], min_steps) for s in common]
+        out['paired_with_original'][arm] = {
+            'seeds': common, f'loss_diff_at_{min_steps}': float(np.mean(diff)), 'ci95': bootstrap_ci(diff),
+            'ratio_original_over_arm': {s: paired_ratio(steps_to(runs['original'][s], level), steps_to(rs[s], level), cap)
+                                        for s in common}}
+    for d in (float(x) for x in sweep.split(',') if x):
+        out['sweep'][f"{d:g}"] = {arm: {'km_median': km_median(kaplan_meier(*zip(*[times(e, u - d) for e in rs.values()]))),
+                                        'reached': sum(steps_to(e, u - d) is not None for e in rs.values()), 'n': len(rs)}
+                                  for arm, rs in runs.items()}
+    return out
+
+
+def survival_figure(per_arm, cap, path):
+    plt = plot.pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=150)
+    for arm, a in per_arm.items():
+        steps, surv = zip(*a['km_curve'])
+        ax.step(list(steps) + [cap], list(surv) + [surv[-1]], where='post', label=f"{ARMS[arm][0]} ({a['n']} seeds)")
+    ax.set(xlabel='step', ylabel='fraction of runs still on the plateau', ylim=(-0.03, 1.03), xlim=(0, cap),
+           title=f'Kaplan-Meier: runs not yet at eval loss <= U - {drop:g}')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    plot.save(fig, path)
+    plt.close(fig)
+
+
+def fmt_steps(a, cap):
+    return str(a['km_median']) if a['km_median'] is not None else f"> {cap}"
+
+
+def main():
+    plan = plan_runs()
+    base_cfg = read_file(base)  # the base config's own settings (max_iters: the cap)
+    need = ('dataset', 'max_iters', 'block_size', 'batch_size', 'eval_iters', 'eval_interval')
+    check('study', (set(need) <= set(base_cfg), f"{base} must set {', '.join(need)}"))
+    cap = base_cfg['max_iters']
+    check('study', (cap >= min_steps and min_steps % base_cfg['eval_interval'] == 0,
+                    f"min_steps must be a multiple of eval_interval ({base_cfg['eval_interval']}) and <= max_iters ({cap})"))
+    data_dir = base_cfg['dataset'] if os.sep in base_cfg['dataset'] else os.path.join('data', base_cfg['dataset'])
+    recs = {(arm, sd): read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")) for arm, sd, _ in plan}
+    us = {round(r[0]['unigram_loss'], 6) for r in recs.values() if r}
+    check('study', (len(us) <= 1, f"the records in {records}/ were made on different data (U = {sorted(us)})"))
+    if train or not us:  # U from the data; without training, the records' own (a fresh clone has no data/)
+        u = unigram_loss(data_dir, base_cfg['block_size'], base_cfg['batch_size'], base_cfg['eval_iters'])
+        check('study', (not us or abs(us.pop() - u) < 1e-4, f"{data_dir} is not the data the records in {records}/ "
+                                                            f"were made on (another U): prepare it again or move them"))
+    else:
+        u = next(r[0]['unigram_loss'] for r in recs.values() if r)
+    level = u - drop
+    if train:
+        lock_dir(out_dir, 'study.py')  # one study per folder (each train.py run also holds its own)
+        run_all(plan, u, cap)
+        recs = {(arm, sd): read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")) for arm, sd, _ in plan}
+    runs, missing = {}, []
+    for arm, sd, cmd in plan:
+        rec = recs[(arm, sd)]
+        if rec and not differ(rec[0]['config'], cmd) and is_finished(rec[1], level, cap):
+            runs.setdefault(arm, {})[sd], shared = rec[1], rec[0]['config']
+        else:
+            missing.append(f"{arm}_s{sd}")
+    print(f"study: {sum(map(len, runs.values()))} runs recorded" + (f"; not yet run: {', '.join(missing)}" if missing
+                                                                      else ", every run of the plan"))
+    check('study', (runs, f"no finished run recorded in {records}/: run the study with --train=True"))
+    s = summarize(runs, u, cap)
+    print(f"\ncriterion: eval loss <= U - {drop:g} = {level:.4f} (U = {u:.4f}, the unigram predictor's eval loss); "
+          f"cap {cap} steps\n\n| arm | seeds | met the criterion | median steps (Kaplan-Meier) | restricted mean steps "
+          f"| eval loss at {min_steps}: mean (sd) |\n|---|---|---|---|---|---|")
+    for arm, a in s['per_arm'].items():
+        l = a[f'loss_at_{min_steps}']
+        print(f"| {ARMS[arm][0]} | {len(a['seeds'])} | {a['reached']} of {a['n']} | {fmt_steps(a, cap)} | {a['rmst']:.0f} | "
+              + (f"{l['mean']:.3f} ({l['sd']:.3f}) |" if l and l['sd'] is not None else f"{l['mean']:.3f} |" if l else "- |"))
+    print(f"\n| arm - original, paired by seed | seeds | eval loss at {min_steps}: mean difference [95% bootstrap] "
+          f"| steps to criterion, original / arm, per seed |\n|---|---|---|---|")
+    for arm, p in s['paired_with_original'].items():
+        print(f"| {ARMS[arm][0]} | {len(p['seeds'])} | {p[f'loss_diff_at_{min_steps}']:+.3f} "
+              f"[{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}] | {', '.join(p['ratio_original_over_arm'].values())} |")
+    print("\n| drop (nats below U) | " + " | ".join(ARMS[a][0] for a in runs) + " |\n|---|" + "---|" * len(runs))
+    for d, row in s['sweep'].items():
+        print(f"| {d} | " + " | ".join(f"{r['km_median'] or f'> {cap}'} ({r['reached']}/{r['n']})" for r in row.values())
+              + " |")
     if summary:
-        path = suffix.join(os.path.splitext(summary))
-        write_json(path, {
-            'criterion': f"first eval step with eval loss <= {level} (fixed before the study's runs)",
-            'threshold': level, 'base_config': base, 'settings': settings,
-            'extra_args': extra, 'arms': {a: ARMS[a][0] for a in arm_list}, 'seeds': {a: list(runs[a]) for a in arm_list},
-            'per_arm': per_arm, 'ratios': ratios, 'runs': runs, 'commands': commands,
-            'date': datetime.date.today().isoformat(),
-            'wall_minutes': round(minutes, 1) if started == len(plan) else None,  # None: some ran in an earlier call
-            'machine': f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}; torch {torch.__version__};"
-                       f" {jobs} runs at a time, {threads or 'default'} thread(s) each"})
-        print(f"wrote {path}")
+        write_json(summary, {
+            'criterion': f"first eval step with eval loss <= U - {drop:g}, U = {u:.5f} (unigram predictor); cap {cap}",
+            'unigram_loss': u, 'level': level, 'drop': drop, 'cap': cap, 'min_steps': min_steps, 'base_config': base,
+            'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + LENGTH_KEYS + (
+                'seed', 'attention_type', 's_init_std', 'symmetric_init', 'score_scale', 'freeze_s')},
+            'arms': {a: {'label': ARMS[a][0], 'overrides': ARMS[a][1]} for a in runs}, 'missing': missing, **s})
+        print(f"wrote {summary}")
     if figures:
-        dirs = [folder[(a, sd)] for a in arm_list for sd in runs[a]]
-        labels = [ARMS[a][0] for a in arm_list for sd in runs[a]]
-        subprocess.run([sys.executable, 'plot.py', f"--runs={','.join(dirs)}", f"--labels={','.join(labels)}",
-                        f"--threshold={level}", f"--out={figures}{suffix}"], check=True)
-    print(f"study: {len(plan)} runs, {started} of them run now, in {minutes:.0f} min")
+        paths = [os.path.join(records, f"{a}_s{sd}.jsonl") for a in runs for sd in runs[a]]
+        plot.main(','.join(paths), '', ','.join(ARMS[a][0] for a in runs for _ in runs[a]), level, figures)
+        survival_figure(s['per_arm'], cap, f"{figures}_survival")
 
 
 if __name__ == '__main__':

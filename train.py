@@ -62,6 +62,8 @@ max_iters = 200_000  # optimizer steps
 learning_rate = 1e-4  # peak learning rate
 warmup_iters = 10_000  # linear warm-up from 0, then linear decay to 0 at max_iters
 decay_lr = True  # False: constant learning rate after the warm-up
+target_loss = 0.0  # stop at the first eval at or after step min_iters whose loss is <= this (0: never)
+min_iters = 0  # see target_loss
 weight_decay = 0.01  # AdamW, on matrices and embeddings only
 beta1, beta2, eps = 0.9, 0.999, 1e-12  # AdamW
 grad_clip = 1.0  # max gradient norm (Hugging Face Trainer's default); 0 disables
@@ -362,7 +364,8 @@ while True:
         t0, t0_iter = time.time(), iter_num  # throughput excludes evaluation
     if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0:
         checkpoint(os.path.join(out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt"), full=False)
-    if iter_num >= max_iters:
+    if iter_num >= max_iters or (last_eval == iter_num and eval_loss is not None and eval_loss <= target_loss
+                                 and iter_num >= min_iters):  # saved at this eval
         break
 
     lr = linear_schedule(iter_num, learning_rate, warmup_iters, max_iters, decay_lr)
@@ -418,6 +421,7 @@ if master:
     rel = os.path.relpath(out_dir) if not os.path.relpath(out_dir).startswith("..") else out_dir
     n_snap = len(os.listdir(os.path.join(out_dir, "snapshots")))
     print(f"done: step {iter_num}" + (f", eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}" if eval_loss else "")
+          + (f" (at or below target_loss {target_loss})" if iter_num < max_iters else "")
           + f". In {rel}/: ckpt.pt (the full state), log.jsonl (the curves), snapshots/ ({n_snap} model-only)."
           f"\nnext: python sample.py --init_from={rel}/ckpt.pt --text='The [MASK] sat on the mat.'"
           f"\n      python finetune_glue.py --init_from={rel}/ckpt.pt --data_dir=<GLUE folder> --tasks=sst2,stsb"

@@ -1,9 +1,13 @@
-"""study.py: the criterion and summary on hand-made logs, and the whole command on tiny runs."""
+"""study.py: the censored-time statistics on hand-made numbers with answers worked out by hand, the summary on
+hand-made logs, and the whole command on tiny runs (records written, nothing re-run, the summary rebuilt from the
+committed records alone)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import study
@@ -12,78 +16,138 @@ from common import lock_dir, unlock_dir
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def write_log(run, losses, step=25):
-    os.makedirs(run)
-    with open(os.path.join(run, "log.jsonl"), "w") as f:
-        for i, loss in enumerate(losses):
-            f.write(json.dumps({"type": "train", "step": i * step + 1, "loss": 9.0}) + "\n")
-            f.write(json.dumps({"type": "eval", "step": i * step, "loss": loss, "accuracy": 0.1,
-                                "attn_entropy": [0.9, 0.8], "collapse": 0.5}) + "\n")
+def test_kaplan_meier_with_a_censored_run_and_ties():
+    # 5 runs: events at 100, 200, 200, 400; one censored at 300 (it leaves the risk set without an event)
+    curve = study.kaplan_meier([100, 200, 200, 300, 400], [True, True, True, False, True])
+    # by hand: 1 - 1/5 = 0.8; x (1 - 2/4) = 0.4; at 400 one run at risk, one event: 0
+    assert curve == [(0, 1.0), (100, pytest.approx(0.8)), (200, pytest.approx(0.4)), (400, pytest.approx(0.0))]
+    assert study.km_median(curve) == 200
+    assert study.rmst(curve, 500) == pytest.approx(100 * 1.0 + 100 * 0.8 + 200 * 0.4 + 100 * 0.0)
+    # censoring is not an event: the same numbers with 300 as an event give another curve
+    assert study.kaplan_meier([100, 200, 200, 300, 400], [True] * 5)[3] == (300, pytest.approx(0.2))
 
 
-def test_steps_to_criterion_and_ratios_from_hand_made_logs(tmp_path):
-    curves = {("original", "1"): [10.0, 6.0, 5.1, 5.0, 4.8, 4.5], ("original", "2"): [10.0, 6.0, 5.0, 4.9, 4.85, 4.7],
-              ("pairwise", "1"): [10.0, 5.5, 4.8, 4.3, 4.0, 3.9], ("pairwise", "2"): [10.0, 5.9, 4.95, 4.79, 4.5, 4.2],
-              ("symmetric", "1"): [10.0, 6.0, 5.5, 5.2, 5.0, 4.9], ("symmetric", "2"): [10.0, 6.0, 5.0, 4.7, 4.5, 4.4]}
-    for (arm, seed), losses in curves.items():
-        write_log(str(tmp_path / f"{arm}_s{seed}"), losses)
-    runs = {arm: {s: study.run_summary(str(tmp_path / f"{arm}_s{s}"), 4.8) for s in ("1", "2")}
-            for arm in ("original", "pairwise", "symmetric")}
-    # by hand: the first eval step whose loss is <= 4.8 (steps 0, 25, 50, ...)
-    assert [runs["original"][s]["steps_to_criterion"] for s in "12"] == [100, 125]
-    assert [runs["pairwise"][s]["steps_to_criterion"] for s in "12"] == [50, 75]
-    assert [runs["symmetric"][s]["steps_to_criterion"] for s in "12"] == [None, 75]  # seed 1 never gets there
-    assert runs["pairwise"]["1"]["final_loss"] == 3.9 and runs["pairwise"]["1"]["final_collapse"] == 0.5
-    per_arm, ratios = study.summarize(runs, 4.8)
-    assert per_arm["original"]["steps_to_criterion"] == {"mean": 112.5, "min": 100, "max": 125, "n": 2}
-    assert per_arm["symmetric"]["steps_to_criterion"]["mean"] is None and per_arm["symmetric"]["reached"] == 1
-    assert ratios["original/pairwise"]["per_seed"] == {"1": 2.0, "2": 125 / 75}  # paired by seed
-    assert ratios["original/pairwise"]["min"] == pytest.approx(125 / 75) and ratios["original/pairwise"]["max"] == 2.0
-    assert ratios["original/symmetric"]["per_seed"] == {"1": None, "2": 125 / 75}
-    assert ratios["original/symmetric"]["mean"] is None  # a seed that never reached it: no mean pretended
-    runs["original"]["1"]["steps_to_criterion"] = None  # never reached in its 125 steps: the ratio is a bound
-    assert study.summarize(runs, 4.8)[1]["original/pairwise"]["at_least_per_seed"] == {"1": 125 / 50}
+def test_kaplan_meier_all_censored_and_majority_censored():
+    curve = study.kaplan_meier([1500, 1500, 1500], [False, False, False])
+    assert curve == [(0, 1.0)] and study.km_median(curve) is None and study.rmst(curve, 1500) == 1500
+    curve = study.kaplan_meier([800, 1500, 1500], [True, False, False])  # 2 of 3 still on the plateau at the cap
+    assert study.km_median(curve) is None and study.rmst(curve, 1500) == pytest.approx(800 + 700 * 2 / 3)
+
+
+def test_bootstrap_interval_and_paired_ratios():
+    assert study.bootstrap_ci([0.3, 0.3, 0.3]) == pytest.approx((0.3, 0.3))
+    assert study.bootstrap_ci([0.0, 1.0]) == (0.0, 1.0)  # resampled means 0, 0.5, 1 with chances 1/4, 1/2, 1/4
+    lo, hi = study.bootstrap_ci(np.arange(10.0))
+    assert lo < 4.5 < hi and 2.5 < lo and hi < 6.5  # the mean 4.5, standard error ~0.9
+    assert study.paired_ratio(1200, 800, 2000) == "1.50"
+    assert study.paired_ratio(None, 800, 2000) == "> 2.50"  # the original never got there: at least cap / 800
+    assert study.paired_ratio(1000, None, 2000) == "< 0.50"
+    assert study.paired_ratio(None, None, 2000) == "-"
+
+
+def test_unigram_loss_by_hand(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir()
+    # ordinary ids 0..3, specials 4..7; train: 0 x4, 1 x2, 2 x1, 3 x0 and specials; blocks of 8
+    train = np.array([6, 0, 0, 0, 0, 1, 1, 2, 7, 4, 4, 4, 4, 4, 4, 4], dtype=np.uint16)
+    val = np.array([6, 0, 1, 3, 7, 4, 4, 4, 6, 2, 2, 2, 2, 2, 2, 7], dtype=np.uint16)
+    train.tofile(d / "train.bin")
+    val.tofile(d / "val.bin")
+    (d / "meta.json").write_text(json.dumps({"vocab_size": 8, "block_size": 8, "train_blocks": 2, "val_blocks": 2,
+                                             "dtype": "uint16", "special": {"pad": 4, "cls": 6, "sep": 7, "mask": 5}}))
+    p = np.array([5, 3, 2, 1]) / 11  # add-one smoothed counts of 0..3
+    # eval blocks: the first eval_iters * batch_size = 1 block: tokens 0, 1, 3
+    assert study.unigram_loss(str(d), 8, 1, 1) == pytest.approx(-np.log(p[[0, 1, 3]]).mean())
+    assert study.unigram_loss(str(d), 8, 2, 1) == pytest.approx(-np.log(p[[0, 1, 3, 2, 2, 2, 2, 2, 2]]).mean())
+
+
+def evals(losses, step=25):
+    return [{"type": "eval", "step": i * step, "loss": l} for i, l in enumerate(losses)]
+
+
+def test_summary_on_hand_made_curves(monkeypatch):
+    monkeypatch.setattr(study, "drop", 0.5)
+    monkeypatch.setattr(study, "min_steps", 50)
+    monkeypatch.setattr(study, "sweep", "0.2,0.5")
+    u = 5.0  # criterion: loss <= 4.5
+    runs = {"original": {"1": evals([9, 5.0, 4.9, 4.5, 4.0]), "2": evals([9, 5.0, 4.9, 4.8, 4.7])},  # 75; censored 100
+            "pairwise": {"1": evals([9, 5.0, 4.4]), "2": evals([9, 4.9, 4.5])}}  # 50, 50: stopped at min_steps
+    s = study.summarize(runs, u, 100)
+    o, p = s["per_arm"]["original"], s["per_arm"]["pairwise"]
+    assert o["steps_to_criterion"] == {"1": 75, "2": None} and o["reached"] == 1 and o["n"] == 2
+    assert o["km_median"] == 75 and o["rmst"] == pytest.approx(75 + 25 * 0.5)
+    assert p["km_median"] == 50 and p["rmst"] == 50
+    assert o["loss_at_50"]["per_seed"] == {"1": 4.9, "2": 4.9} and p["loss_at_50"]["mean"] == pytest.approx(4.45)
+    paired = s["paired_with_original"]["pairwise"]
+    assert paired["loss_diff_at_50"] == pytest.approx(-0.45)  # (4.4 - 4.9 + 4.5 - 4.9) / 2
+    assert paired["ci95"] == pytest.approx((-0.5, -0.4))
+    assert paired["ratio_original_over_arm"] == {"1": "1.50", "2": "> 2.00"}
+    # the sweep, 0.2 below U (4.8): original 75 and 75 (4.8 <= 4.8 counts); pairwise 50 and 50 (4.9 > 4.8 at 25)
+    assert s["sweep"]["0.2"]["original"] == {"km_median": 75, "reached": 2, "n": 2}
+    assert s["sweep"]["0.2"]["pairwise"] == {"km_median": 50, "reached": 2, "n": 2}
+    assert s["sweep"]["0.5"]["original"] == {"km_median": 75, "reached": 1, "n": 2}
 
 
 def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(data_dir, data)
     base = tmp_path / "tiny_study.py"
-    base.write_text(f'dataset = "{data_dir}"\nn_layer, n_head, n_embd, n_inner = 1, 2, 32, 64\nblock_size = 64\n'
-                    'batch_size = 8\ngradient_accumulation_steps = 1\nmax_iters = 6\nlearning_rate = 1e-2\n'
-                    'warmup_iters = 2\neval_interval = 2\neval_iters = 2\nlog_interval = 2\ncheckpoint_interval = 0\n'
-                    'compile = False\n')
-    args = [sys.executable, "study.py", f"--base={base}", "--arms=original,pairwise", "--seeds=1,2",
-            "--threshold=10.5", f"--out_dir={tmp_path}/runs", f"--summary={tmp_path}/study.json",
-            f"--figures={tmp_path}/fig"]
+    base.write_text(f'dataset = "{data}"\nn_layer, n_head, n_embd, n_inner = 1, 2, 32, 64\nblock_size = 64\n'
+                    'batch_size = 8\ngradient_accumulation_steps = 1\nmax_iters = 12\nlearning_rate = 1e-2\n'
+                    'warmup_iters = 2\ndecay_lr = False\neval_interval = 2\neval_iters = 2\nlog_interval = 2\n'
+                    'checkpoint_interval = 0\ncompile = False\ndtype = "float32"\n')
+    u = study.unigram_loss(str(data), 64, 8, 2)
+    args = [sys.executable, "study.py", f"--base={base}", "--arms=original,pairwise", "--seeds=1,2", "--drop=-2.5",
+            "--min_steps=8", "--sweep=-2.5,-1", f"--out_dir={tmp_path}/runs", f"--records={tmp_path}/rec",
+            f"--summary={tmp_path}/study.json", f"--figures={tmp_path}/fig"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    run = lambda *extra: subprocess.run([*args, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    p = run()
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "0 of 4 runs recorded" in p.stdout and "4 to train" in p.stdout
     s = json.loads((tmp_path / "study.json").read_text())
-    assert set(s["runs"]) == {"original", "pairwise"} and set(s["runs"]["pairwise"]) == {"1", "2"}
-    run = s["runs"]["pairwise"]["2"]
-    assert run["final_step"] == 6 and [c[0] for c in run["curve"]] == [0, 2, 4, 6] and len(run["attn_entropy"]) == 4
-    assert "--seed=2" in s["commands"][f"{tmp_path}/runs/pairwise_s2"] and s["threshold"] == 10.5
-    assert "ratios" in s and "original/pairwise" in s["ratios"] and s["date"] and s["machine"]
-    for name in ("fig_loss.png", "fig_diagnostics.png"):
+    assert s["unigram_loss"] == pytest.approx(u) and s["level"] == pytest.approx(u + 2.5) and s["cap"] == 12
+    for arm in ("original", "pairwise"):
+        for sd in ("1", "2"):
+            head, ev = study.read_record(str(tmp_path / "rec" / f"{arm}_s{sd}.jsonl"))
+            assert head["config"]["seed"] == int(sd) and head["config"]["attention_type"] == arm
+            met = study.steps_to(ev, u + 2.5)
+            # train.py stopped at the first eval at or after min_steps once the criterion was met; else ran to the cap
+            assert ev[-1]["step"] == (max(met, 8) if met is not None else 12), (arm, sd, met, ev[-1])
+            assert s["per_arm"][arm]["steps_to_criterion"][sd] == met
+    for name in ("fig_loss.png", "fig_diagnostics.png", "fig_survival.png"):
         assert (tmp_path / name).stat().st_size > 1000
-    assert "| pairwise | 1, 2 |" in p.stdout
-    part = args + ["--arms=original,symmetric,pairwise", "--train=False", f"--summary={tmp_path}/part.json"]
-    lock_dir(str(tmp_path / "runs" / "original_s1"), "a test")  # as if training now: left out, not touched
-    p = subprocess.run(part, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0 and "left out: original_s1, symmetric_s1, symmetric_s2" in p.stdout, p.stderr
-    part_s = json.loads((tmp_path / "part.json").read_text())
-    assert part_s["seeds"] == {"original": ["2"], "pairwise": ["1", "2"]} and "started" not in p.stdout
-    p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 1 and "original_s1 is in use by a test" in p.stderr
-    unlock_dir(str(tmp_path / "runs" / "original_s1"))
-    p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # again: nothing re-run
-    assert p.returncode == 0 and "started" not in p.stdout and "0 of them run now" in p.stdout
-    assert json.loads((tmp_path / "study.json").read_text())["runs"] == s["runs"]
-    p = subprocess.run(args + ["--train_args=--learning_rate=5e-3"], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert p.returncode == 1 and "holds a run of other settings (learning_rate 0.01 -> 0.005)" in p.stderr
-    os.remove(tmp_path / "runs" / "original_s2" / "ckpt.pt")  # as if killed before its first checkpoint
-    p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0 and "original_s2 stopped before its first checkpoint: starting it again" in p.stdout
-    assert "1 of them run now" in p.stdout
+    assert "| pairwise | 2 |" in p.stdout
+
+    p = run()  # again: nothing is trained, the same summary
+    assert p.returncode == 0 and "4 of 4 runs recorded" in p.stdout and "started" not in p.stdout
+    assert json.loads((tmp_path / "study.json").read_text()) == s
+
+    p = run("--train_args=--learning_rate=5e-3")
+    assert p.returncode == 1 and "is a run of other settings (learning_rate 0.01 -> 0.005)" in p.stderr
     for bad, msg in (("--jobs=0", "jobs must be >= 1"), ("--arms=orig", "arms must be a comma list of")):
-        p = subprocess.run(args + [bad], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        p = run(bad)
         assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr
+
+    # a fresh clone: the records alone, no data, no run folders
+    shutil.rmtree(data)
+    shutil.rmtree(tmp_path / "runs")
+    p = run("--train=False", f"--summary={tmp_path}/again.json", f"--figures={tmp_path}/again")
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "again.json").read_text()) == s
+    p = run("--train=False", "--arms=original,symmetric,pairwise", f"--summary={tmp_path}/part.json", "--figures=")
+    assert p.returncode == 0 and "not yet run: symmetric_s1, symmetric_s2" in p.stdout, p.stderr
+    assert json.loads((tmp_path / "part.json").read_text())["missing"] == ["symmetric_s1", "symmetric_s2"]
+
+
+
+def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
+    base = tmp_path / "b.py"
+    base.write_text(f'dataset = "{data_dir}"\nn_layer, n_head, n_embd, n_inner = 1, 2, 32, 64\nblock_size = 64\n'
+                    'batch_size = 8\nmax_iters = 4\neval_interval = 2\neval_iters = 2\ncompile = False\n')
+    lock_dir(str(tmp_path / "runs" / "original_s1"), "a test")  # as if training now
+    p = subprocess.run([sys.executable, "study.py", f"--base={base}", "--arms=original", "--seeds=1",
+                        f"--out_dir={tmp_path}/runs", f"--records={tmp_path}/rec", "--summary=", "--figures=",
+                        "--min_steps=2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    unlock_dir(str(tmp_path / "runs" / "original_s1"))
+    assert p.returncode == 1 and "original_s1 is in use by a test" in p.stderr and not (tmp_path / "rec").exists()
