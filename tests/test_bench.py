@@ -14,20 +14,36 @@ def bench(*args):
                           timeout=300)
 
 
-def test_bench_runs_and_reports_every_operator():
-    p = bench("--n_layer=1", "--n_head=2", "--n_embd=32", "--n_inner=64", "--vocab_size=512", "--block_size=32",
-              "--batch_size=2", "--modes=eager", "--hf_modes=", "--warmup=1", "--steps=1", "--repeats=1",
-              "--seq_lens=64,128")
+TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--n_inner=64", "--vocab_size=512", "--block_size=32",
+        "--batch_size=2", "--modes=eager", "--warmup=1", "--steps=1", "--repeats=1", "--matmul_size=64"]
+
+
+def test_bench_runs_and_reports_every_operator_in_both_precisions():
+    p = bench(*TINY, "--hf_modes=", "--dtypes=float32,bfloat16", "--seq_lens=64,128")
     assert p.returncode == 0, p.stderr[-2000:]
     for op in ("original", "symmetric", "pairwise", "additive", "hybrid"):
-        assert f"| ours, {op} | eager |" in p.stdout
+        for dtype in ("float32", "bfloat16"):
+            assert f"| ours, {op} | {dtype} | eager |" in p.stdout
+    assert "matmul peak here: float32 " in p.stdout and ", bfloat16 " in p.stdout
+    assert "bf16 over float32, per model: original " in p.stdout
     assert "| additive |" in p.stdout  # the seq-len table
+
+
+def test_bench_compares_with_hugging_face_at_the_same_precision():
+    pytest.importorskip("transformers")
+    p = bench(*TINY, "--dtypes=bfloat16", "--attention_types=pairwise", "--seq_lens=")
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = [line.split(" | ") for line in p.stdout.splitlines() if line.startswith("| HF") or line.startswith("| ours")]
+    assert [r[1] for r in rows] == ["bfloat16", "bfloat16"]
+    hf_ms, ours_ms, ratio = float(rows[0][3]), float(rows[1][3]), float(rows[1][5].rstrip("x"))
+    assert ratio == pytest.approx(hf_ms / ours_ms, rel=0.02) and rows[0][5] == "1.00x"
 
 
 @pytest.mark.parametrize("bad,msg", [("--modes=compile", "unknown mode 'compile'"),
                                      ("--attention_types=asym", "unknown attention type 'asym'"),
                                      ("--device=cuda:7", "is not available here"),
-                                     ("--dtype=float16", "would need a GradScaler")])
+                                     ("--dtypes=float16", "would need a GradScaler"),
+                                     ("--dtypes=fp8", "dtype must be auto, float32")])
 def test_bad_options_are_one_line(bad, msg):
     p = bench(bad)
     assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr[-1000:]
