@@ -22,7 +22,7 @@ from model import ATTENTION_TYPES, Bert, BertConfig
 
 # -----------------------------------------------------------------------------
 device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or mps
-dtypes = "auto"  # comma list of float32, bfloat16; auto: both on a CPU with native bf16, bf16 on a GPU, else float32
+dtypes = "auto"  # comma list of float32, bfloat16; auto: both on a CPU with native bf16, else what train.py's auto is
 n_layer, n_head, n_embd, n_inner = 4, 8, 512, 2048  # the paper's bert-small
 vocab_size = 30522  # bert-base-uncased's, as Hugging Face BERT is usually run
 block_size = 128  # sequence length
@@ -129,9 +129,7 @@ if __name__ == "__main__":
         auto, why = resolve_dtype("auto", device_type)
         dtype_list = ["float32", "bfloat16"] if device_type == "cpu" and auto == "bfloat16" else [auto]
     else:
-        dtype_list, why = dtypes.split(","), "as asked"
-        for d in dtype_list:
-            resolve_dtype(d, device_type)
+        dtype_list, why = [resolve_dtype(d, device_type)[0] for d in dtypes.split(",")], "as asked"
     if "float16" in dtype_list:
         raise SystemExit("bench: dtype float16 would need a GradScaler here: use bfloat16 or float32")
     check(attention_types.split(","), ATTENTION_TYPES, "attention type")
@@ -164,6 +162,7 @@ if __name__ == "__main__":
 
     for dtype in dtype_list:
         step_fns.append(matmul(dtype, n_mm))
+        step_fns[-1]()  # its first call sets the library up
         rows.append([f"matmul {n_mm}x{n_mm}", dtype, "-", float("nan"), 2 * n_mm ** 3])
         for mode in filter(None, hf_modes.split(",")):
             try:

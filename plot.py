@@ -42,13 +42,14 @@ def read_benchmark(run):
 
 
 def band(curves, key):
-    """steps, mean, min, max of r[key] over the curves (seeds), at every step that any of them has."""
+    """steps, mean, min, max of r[key] over the curves (seeds), at the steps that all of them have (a run that
+    stopped early ends the band: a mean over the seeds still running would be another mean)."""
     at = defaultdict(list)
     for c in curves:
         for r in c:
             if key(r) is not None:
                 at[r["step"]].append(key(r))
-    steps = sorted(at)
+    steps = sorted(s for s, v in at.items() if len(v) == len(curves))
     v = [np.array(at[s]) for s in steps]
     return steps, [x.mean() for x in v], [x.min() for x in v], [x.max() for x in v]
 

@@ -94,7 +94,10 @@ def rmst(curve, cap):
 
 
 def bootstrap_ci(x, n=10_000, seed=0):
-    """The 2.5 and 97.5 percentiles of the mean of x resampled with replacement (over seeds)."""
+    """The 2.5 and 97.5 percentiles of the mean of x resampled with replacement (over seeds); None for one value.
+    With 3 values it is always [min, max] (a resample of one value three times has chance 1/27 > 2.5%)."""
+    if len(x) < 2:
+        return None
     x = np.asarray(x, float)
     means = x[np.random.default_rng(seed).integers(0, len(x), (n, len(x)))].mean(1)
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
@@ -103,11 +106,11 @@ def bootstrap_ci(x, n=10_000, seed=0):
 def paired_ratio(num, den, cap):
     """Ratio of steps to the criterion of two runs of one seed: '1.50', '> 1.50' (the numerator censored),
     '< 1.50' (the denominator censored), or '-' (both censored)."""
-    if num and den:
+    if num is not None and den is not None:
         return f"{num / den:.2f}"
-    if den:
+    if den is not None:
         return f"> {cap / den:.2f}"
-    return f"< {num / cap:.2f}" if num else "-"
+    return f"< {num / cap:.2f}" if num is not None else "-"
 
 
 def unigram_loss(data_dir, block_size, batch_size, eval_iters):
@@ -137,7 +140,10 @@ def read_record(path):
     except (ValueError, KeyError, TypeError):
         raise SystemExit(f"study: {path} is not a study record (its first line must hold the run's config): "
                          "move it away and run again")
-    return head, read_evals(path)
+    try:
+        return head, read_evals(path)
+    except SystemExit as e:
+        raise SystemExit(f"study: {e}; move it away and run again")
 
 
 def write_record(path, run, command, u):
@@ -145,9 +151,9 @@ def write_record(path, run, command, u):
     settings = load_checkpoint(os.path.join(run, 'ckpt.pt'))['config']
     head = {'type': 'config', 'config': settings, 'unigram_loss': u, 'command': command, 'torch': torch.__version__,
             'machine': f"{platform.machine()}, {os.cpu_count()} cores", 'date': datetime.date.today().isoformat()}
-    lines = [json.dumps(head)] + [json.dumps({k: round(v, 5) if isinstance(v, float) else
-                                                 [round(e, 4) for e in v] if isinstance(v, list) else v
-                                              for k, v in r.items()}) for r in read_evals(run)]
+    lines = [json.dumps(head)] + [json.dumps({k: round(v, 4) if isinstance(v, float) and k != 'loss' else  # loss
+                                                 [round(e, 4) for e in v] if isinstance(v, list) else v  # exact: the
+                                              for k, v in r.items()}) for r in read_evals(run)]  # criterion reads it
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     atomic_write(path, lambda f: f.write('\n'.join(lines) + '\n'), mode='w')
 
@@ -159,9 +165,15 @@ def differ(have, cmd):
             if k not in RUN_KEYS_IGNORED + LENGTH_KEYS and v != have[k]]
 
 
-def is_finished(evals, level, cap):
+def stop_level(u):
+    """Runs go on until the deepest criterion of the sweep is met (else its drops above `drop` would be censored by
+    the run's own progress, not by the cap)."""
+    return u - max([drop] + [float(x) for x in sweep.split(',') if x])
+
+
+def is_finished(evals, u, cap):
     last = evals[-1]['step']
-    return last >= cap or (steps_to(evals, level) is not None and last >= min_steps)
+    return last >= cap or (steps_to(evals, stop_level(u)) is not None and last >= min_steps)
 
 
 # ----------------------------------------------------------------------------- the study
@@ -186,13 +198,13 @@ def run_all(plan, u, cap):
         if rec and differ(rec[0]['config'], cmd):
             raise SystemExit(f"study: {records}/{arm}_s{sd}.jsonl is a run of other settings "
                              f"({', '.join(differ(rec[0]['config'], cmd))}): move it away or use another --records")
-        if rec and is_finished(rec[1], level, cap):
+        if rec and is_finished(rec[1], u, cap):
             continue
         ckpt = os.path.join(run, 'ckpt.pt')
         resume = os.path.exists(ckpt) and not differ(load_checkpoint(ckpt, resume=True)['config'], cmd)
         if os.path.exists(ckpt) and not resume:
             raise SystemExit(f"study: {run} holds a run of other settings: move it away or use another --out_dir")
-        stop = [f'--target_loss={level}', f'--min_iters={min_steps}']  # train.py stops once the criterion is met
+        stop = [f'--target_loss={stop_level(u)}', f'--min_iters={min_steps}']  # train.py stops once it is met
         todo.append((arm, sd, cmd + stop + [f'--out_dir={run}'] + (['--init_from=resume'] if resume else []), run))
     env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
     running = {}
@@ -240,6 +252,7 @@ def summarize(runs, u, cap):
         return (t, True) if t is not None else (evals[-1]['step'], False)
 
     level = u - drop
+    runs = {arm: {sd: [r for r in e if r['step'] <= cap] for sd, e in rs.items()} for arm, rs in runs.items()}
     out = {'per_arm': {}, 'paired_with_original': {}, 'sweep': {}}
     for arm, rs in runs.items():
         tt, ev = zip(*[times(e, level) for e in rs.values()])
@@ -252,7 +265,8 @@ def summarize(runs, u, cap):
             f'loss_at_{min_steps}': {'mean': float(np.mean(losses)), 'sd': float(np.std(losses, ddof=1)) if len(rs) > 1
                                      else None, 'per_seed': dict(zip(rs, losses))} if None not in losses else None}
     for arm, rs in runs.items():
-        common = sorted(set(rs) & set(runs.get('original', {})), key=int)
+        common = sorted((s for s in set(rs) & set(runs.get('original', {})) if loss_at(rs[s], min_steps) is not None
+                         and loss_at(runs['original'][s], min_steps) is not None), key=int)
         if arm == 'original' or not common:
             continue
         diff = [loss_at(rs[s], min_steps) - loss_at(runs['original'][s], min_steps) for s in common]
@@ -297,7 +311,8 @@ def main():
     recs = {(arm, sd): read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")) for arm, sd, _ in plan}
     us = {round(r[0]['unigram_loss'], 6) for r in recs.values() if r}
     check('study', (len(us) <= 1, f"the records in {records}/ were made on different data (U = {sorted(us)})"))
-    if train or not us:  # U from the data; without training, the records' own (a fresh clone has no data/)
+    check('study', (train or us, f"no finished run recorded in {records}/: run the study with --train=True"))
+    if train:  # U from the data; without training, the records' own (a fresh clone has no data/)
         u = unigram_loss(data_dir, base_cfg['block_size'], base_cfg['batch_size'], base_cfg['eval_iters'])
         check('study', (not us or abs(us.pop() - u) < 1e-4, f"{data_dir} is not the data the records in {records}/ "
                                                             f"were made on (another U): prepare it again or move them"))
@@ -311,7 +326,7 @@ def main():
     runs, missing = {}, []
     for arm, sd, cmd in plan:
         rec = recs[(arm, sd)]
-        if rec and not differ(rec[0]['config'], cmd) and is_finished(rec[1], level, cap):
+        if rec and not differ(rec[0]['config'], cmd) and is_finished(rec[1], u, cap):
             runs.setdefault(arm, {})[sd], shared = rec[1], rec[0]['config']
         else:
             missing.append(f"{arm}_s{sd}")
@@ -329,8 +344,9 @@ def main():
     print(f"\n| arm - original, paired by seed | seeds | eval loss at {min_steps}: mean difference [95% bootstrap] "
           f"| steps to criterion, original / arm, per seed |\n|---|---|---|---|")
     for arm, p in s['paired_with_original'].items():
-        print(f"| {ARMS[arm][0]} | {len(p['seeds'])} | {p[f'loss_diff_at_{min_steps}']:+.3f} "
-              f"[{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}] | {', '.join(p['ratio_original_over_arm'].values())} |")
+        ci = f" [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]" if p['ci95'] else ""
+        print(f"| {ARMS[arm][0]} | {len(p['seeds'])} | {p[f'loss_diff_at_{min_steps}']:+.3f}{ci} "
+              f"| {', '.join(p['ratio_original_over_arm'].values())} |")
     print("\n| drop (nats below U) | " + " | ".join(ARMS[a][0] for a in runs) + " |\n|---|" + "---|" * len(runs))
     for d, row in s['sweep'].items():
         print(f"| {d} | " + " | ".join(f"{r['km_median'] or f'> {cap}'} ({r['reached']}/{r['n']})" for r in row.values())

@@ -111,6 +111,7 @@ if ckpt is not None:  # every setting not given now comes from the run itself
     globals().update(inherited)
     changed = [f"{k} {ckpt['config'][k]!r} -> {config[k]!r}" for k in sorted(given - set(MACHINE_KEYS))
                if k in ckpt["config"] and ckpt["config"][k] != config[k]
+               and k not in ("target_loss", "min_iters")  # they decide where a run ends, not what it does
                and not (k == "max_iters" and not config.get("decay_lr", True))]  # constant lr: extending is exact
     model_args = ckpt["model_args"]  # the checkpoint decides the architecture; a contradiction is an error
     clash = [f"{k} {config[k]!r} (checkpoint: {model_args.get(k)!r})" for k in MODEL_KEYS
@@ -161,8 +162,8 @@ accum = gradient_accumulation_steps // world  # micro-steps per process and opti
 device_type = check_device(device)
 if device_type == "cuda":
     torch.cuda.set_device(torch.device(device).index or 0)  # RNG states and device name are this GPU's
-if ckpt is not None and "dtype" not in given and ckpt["config"].get("dtype", "float16") != "float16":
-    dtype = ckpt["config"]["dtype"]  # a resume keeps its run's precision (fp16 only where it was: a GPU)
+if ckpt is not None and "dtype" not in given and (ckpt["config"].get("dtype") != "float16" or device_type == "cuda"):
+    dtype = ckpt["config"].get("dtype", dtype)  # a resume keeps its run's precision (fp16: on a GPU only)
 dtype, dtype_why = resolve_dtype(dtype, device_type)  # from the device in use, never from what is installed
 config["dtype"] = dtype
 ctx = autocast(device_type, dtype)
@@ -191,13 +192,14 @@ torch.manual_seed(seed + rank)
 raw_model = Bert(BertConfig(**model_args)).to(device)
 optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type)
 scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
-iter_num, last_eval = 0, -1  # last_eval: the step of the latest eval (a resume does not repeat it)
+iter_num, last_eval, eval_loss = 0, -1, None  # last_eval: the step of the latest eval (a resume does not repeat it)
 if ckpt is not None:
     raw_model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
     if scaler.is_enabled() and ckpt.get("scaler"):  # empty when the run was not fp16
         scaler.load_state_dict(ckpt["scaler"])
     iter_num, last_eval = ckpt["iter_num"], ckpt.get("last_eval", ckpt["iter_num"])
+    eval_loss = ckpt.get("eval_loss") if last_eval == iter_num else None  # a run stopped at target_loss stays so
     rng = ckpt["rng"][rank] if len(ckpt["rng"]) == world else None  # restored after compiling, which draws from it
     if master:
         print(f"resuming {ckpt_path} at step {iter_num:,} of {max_iters:,}", flush=True)
@@ -319,7 +321,7 @@ def checkpoint(path, full=True):
     if not all_finite(raw_model.parameters()):
         stop("the weights are not finite (NaN/inf)")
     state = {"model": raw_model.state_dict(), "model_args": model_args, "iter_num": iter_num, "config": config,
-             "last_eval": last_eval}
+             "last_eval": last_eval, "eval_loss": eval_loss}
     if full:
         rng = {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
         rngs = [rng]
@@ -341,7 +343,7 @@ tokens_per_step = batch_size * block_size * gradient_accumulation_steps
 bar = tqdm(total=max_iters, initial=iter_num, disable=not (master and sys.stderr.isatty()), dynamic_ncols=True)
 say = bar.write if not bar.disable else lambda s: print(s, flush=True)  # live bar on a terminal; lines in a log file
 x, y, pos = get_batch(iter_num, 0)
-stopping, eval_loss, eval_acc = 0, None, None
+stopping, eval_acc = 0, None
 t0, t0_iter = time.time(), iter_num
 while True:
     if stopping:  # save at once; an eval due at this step runs after the resume instead (see last_eval)
@@ -365,7 +367,7 @@ while True:
     if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0:
         checkpoint(os.path.join(out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt"), full=False)
     if iter_num >= max_iters or (last_eval == iter_num and eval_loss is not None and eval_loss <= target_loss
-                                 and iter_num >= min_iters):  # saved at this eval
+                                 and iter_num >= max(min_iters, 1)):  # saved at this eval
         break
 
     lr = linear_schedule(iter_num, learning_rate, warmup_iters, max_iters, decay_lr)
@@ -420,10 +422,11 @@ if stopping:
 if master:
     rel = os.path.relpath(out_dir) if not os.path.relpath(out_dir).startswith("..") else out_dir
     n_snap = len(os.listdir(os.path.join(out_dir, "snapshots")))
-    print(f"done: step {iter_num}" + (f", eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}" if eval_loss else "")
+    print(f"done: step {iter_num}" + (f", eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}" if eval_acc is not None else "")
           + (f" (at or below target_loss {target_loss})" if iter_num < max_iters else "")
           + f". In {rel}/: ckpt.pt (the full state), log.jsonl (the curves), snapshots/ ({n_snap} model-only)."
           f"\nnext: python sample.py --init_from={rel}/ckpt.pt --text='The [MASK] sat on the mat.'"
           f"\n      python finetune_glue.py --init_from={rel}/ckpt.pt --data_dir=<GLUE folder> --tasks=sst2,stsb"
           f"\n      python plot.py --runs={rel}    |    python export_hf.py --init_from={rel}/ckpt.pt --out_dir=hf/"
-          f"{os.path.basename(out_dir)}\n      to train further: a higher --max_iters with --init_from=resume")
+          f"{os.path.basename(out_dir)}\n      to train further: a higher --max_iters with --init_from=resume"
+          + (" --target_loss=0" if target_loss else ""))

@@ -88,3 +88,10 @@ def test_missing_matplotlib_is_one_line(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 1 and "plot: needs matplotlib" in p.stderr and "pip install matplotlib" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_a_band_covers_only_the_steps_every_seed_has():
+    long = [{"step": s, "loss": 5.0} for s in (0, 25, 50, 75)]
+    short = [{"step": s, "loss": 7.0} for s in (0, 25)]
+    steps, mean, lo, hi = plot.band([long, short], lambda r: r["loss"])
+    assert steps == [0, 25] and mean == [6.0, 6.0] and lo == [5.0, 5.0] and hi == [7.0, 7.0]

@@ -35,7 +35,7 @@ def test_kaplan_meier_all_censored_and_majority_censored():
 
 
 def test_bootstrap_interval_and_paired_ratios():
-    assert study.bootstrap_ci([0.3, 0.3, 0.3]) == pytest.approx((0.3, 0.3))
+    assert study.bootstrap_ci([0.3, 0.3, 0.3]) == pytest.approx((0.3, 0.3)) and study.bootstrap_ci([0.3]) is None
     assert study.bootstrap_ci([0.0, 1.0]) == (0.0, 1.0)  # resampled means 0, 0.5, 1 with chances 1/4, 1/2, 1/4
     lo, hi = study.bootstrap_ci(np.arange(10.0))
     assert lo < 4.5 < hi and 2.5 < lo and hi < 6.5  # the mean 4.5, standard error ~0.9
@@ -43,6 +43,7 @@ def test_bootstrap_interval_and_paired_ratios():
     assert study.paired_ratio(None, 800, 2000) == "> 2.50"  # the original never got there: at least cap / 800
     assert study.paired_ratio(1000, None, 2000) == "< 0.50"
     assert study.paired_ratio(None, None, 2000) == "-"
+    assert study.paired_ratio(0, 10, 100) == "0.00"  # a step-0 event is an event, not a censoring
 
 
 def test_unigram_loss_by_hand(tmp_path):
@@ -111,9 +112,9 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
         for sd in ("1", "2"):
             head, ev = study.read_record(str(tmp_path / "rec" / f"{arm}_s{sd}.jsonl"))
             assert head["config"]["seed"] == int(sd) and head["config"]["attention_type"] == arm
-            met = study.steps_to(ev, u + 2.5)
-            # train.py stopped at the first eval at or after min_steps once the criterion was met; else ran to the cap
-            assert ev[-1]["step"] == (max(met, 8) if met is not None else 12), (arm, sd, met, ev[-1])
+            met, deepest = study.steps_to(ev, u + 2.5), study.steps_to(ev, u + 1)  # the sweep's deepest: -1
+            # train.py stopped at the first eval at or after min_steps once the sweep's deepest criterion was met
+            assert ev[-1]["step"] == (max(deepest, 8) if deepest is not None else 12), (arm, sd, deepest, ev[-1])
             assert s["per_arm"][arm]["steps_to_criterion"][sd] == met
     for name in ("fig_loss.png", "fig_diagnostics.png", "fig_survival.png"):
         assert (tmp_path / name).stat().st_size > 1000

@@ -409,3 +409,20 @@ def test_a_constant_lr_run_extends_exactly(data_dir, tmp_path):
         a, b = read_log(f"{tmp_path}/long", kind), read_log(f"{tmp_path}/short", kind)
         assert [(r["step"], r["loss"], r.get("lr")) for r in a] == [(r["step"], r["loss"], r.get("lr")) for r in b]
     assert read_log(f"{tmp_path}/long", "train")[-1]["lr"] == 1e-2  # constant, not decayed
+
+
+def test_target_loss_stops_a_run_and_its_resume(data_dir, tmp_path):
+    """A run ends at the first eval at or after min_iters whose loss is <= target_loss, with that eval saved; its
+    resume with the same settings stays stopped; --target_loss=0 trains it on."""
+    args = [*TINY, f"--dataset={data_dir}", "--eval_interval=2", "--decay_lr=False", "--dtype=float32",
+            "--max_iters=20", "--target_loss=10.7", "--min_iters=6", f"--out_dir={tmp_path}/r"]
+    p = run_train(*args)
+    evals = read_log(f"{tmp_path}/r", "eval")
+    first = next(r["step"] for r in evals if r["loss"] <= 10.7)
+    assert first < 6 and evals[-1]["step"] == 6, evals  # met before min_iters: stopped at the first eval after it
+    assert "at or below target_loss" in p.stdout and "--target_loss=0" in p.stdout
+    assert torch.load(f"{tmp_path}/r/ckpt.pt", weights_only=True)["iter_num"] == 6
+    p = run_train(*args, "--init_from=resume")
+    assert torch.load(f"{tmp_path}/r/ckpt.pt", weights_only=True)["iter_num"] == 6 and "done: step 6" in p.stdout
+    p = run_train(*args, "--init_from=resume", "--target_loss=0")
+    assert "not an exact continuation" not in p.stdout and read_log(f"{tmp_path}/r", "eval")[-1]["step"] == 20
