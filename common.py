@@ -8,6 +8,7 @@ import json
 import math
 import os
 import socket
+import warnings
 from contextlib import nullcontext
 
 import numpy as np
@@ -177,7 +178,26 @@ def read_json(path, what):
 
 
 def save_checkpoint(obj, path):
-    atomic_write(path, lambda f: torch.save(obj, f))
+    def write(f):
+        try:
+            torch.save(obj, f)
+        except RuntimeError as e:  # torch's writer reports a full disk as a RuntimeError: one line, as for OSError
+            if "writ" in str(e) and "fail" in str(e):
+                raise OSError(f"the write failed (a full disk?): {oneline(e)[:120]}") from None
+            raise
+    atomic_write(path, write)
+
+
+def remove_stale_temporaries(path):
+    """Removes the *.tmp.<pid> files that writes killed mid-way left in path (and path/snapshots): call it only
+    while holding path's lock, so that no live writer owns them."""
+    for folder in (path, os.path.join(path, "snapshots")):
+        for name in os.listdir(folder) if os.path.isdir(folder) else []:
+            if ".tmp." in name and name.rsplit(".tmp.", 1)[1].isdigit():
+                try:
+                    os.remove(os.path.join(folder, name))
+                except OSError:
+                    pass
 
 
 # train.py settings that say how a run is made, not what it is: a resume or a study may differ in them
@@ -189,7 +209,9 @@ def load_checkpoint(path, resume=False):
     model that fits its model_args and finite weights (and, to resume, the optimizer state). Pickled code is
     never run (weights_only). Any problem: one line."""
     try:
-        ck = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a refused file: our one line, not torch's warnings first
+            warnings.simplefilter("ignore")
+            ck = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise SystemExit(f"no checkpoint at {path}")
     except Exception as e:
@@ -234,9 +256,9 @@ def load_dataset(data_dir, vocab_size, block_size):
             if meta.get("dtype", "uint16") != "uint16":
                 raise SystemExit(f"{path} says dtype {meta['dtype']!r}; train.py reads uint16 token ids: {rebuild}")
             if size != want or want == 0:
-                raise SystemExit(f"{file} has {'no file:' if size is None else size} bytes, meta.json says {want} "
-                                 f"({meta[f'{split}_blocks']} blocks of {meta['block_size']} uint16 tokens): the "
-                                 f"dataset is incomplete or corrupt; {rebuild}")
+                raise SystemExit(f"{file} {'is missing' if size is None else f'has {size} bytes'}, meta.json says "
+                                 f"{want} bytes ({meta[f'{split}_blocks']} blocks of {meta['block_size']} uint16 "
+                                 f"tokens): the dataset is incomplete or corrupt; {rebuild}")
             data.append(np.memmap(file, dtype=np.uint16, mode="r").reshape(-1, block_size))
     except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
         raise SystemExit(f"{path} is incomplete ({oneline(e)}); {rebuild}")
@@ -298,6 +320,8 @@ def read_evals(run):
                 raise SystemExit(f"{path}, line {n}: an eval record needs a step and a finite loss")
             evals.append(r)
     if not evals:
+        if lines and not any(line.strip().startswith("{") for line in lines):
+            raise SystemExit(f"{path} is not JSON lines: is this a train.py log.jsonl?")
         raise SystemExit(f"{path} has no eval records: run train.py past its first eval_interval")
     return sorted(evals, key=lambda r: r["step"])
 

@@ -64,9 +64,9 @@ def print_help(g, defaults):
         while line in comments and lines[line - 1].lstrip().startswith("#") and comments[line][0] > 0:
             text.append(comments[line][1])  # an indented comment line below continues the comment
             line += 1
-        for name in names:
-            done.add(name)
-            print(f"  --{name}={show(defaults[name])}".ljust(40) + " " + " ".join(t for t in text if t))
+        done.update(names)  # a, b = ... # comment: one line for all of them, the comment once
+        print(("  " + " ".join(f"--{name}={show(defaults[name])}" for name in names)).ljust(40) + " " +
+              " ".join(t for t in text if t))
     for name in sorted(set(defaults) - done):  # defined elsewhere than a plain assignment
         print(f"  --{name}={show(defaults[name])}")
 

@@ -107,7 +107,7 @@ def main(runs, benchmarks, labels, threshold, out):
         # the y axis shows the plateau and what follows (from 10% of the run on), not the first drop from ~11
         last = max(c[-1]["step"] for g in groups.values() for c in g)
         shown = [r["loss"] for g in groups.values() for c in g for r in c if r["step"] >= last / 10]
-        ax.set_ylim(min(min(shown), level) - 0.1, max(shown) + 0.1)
+        ax.set_ylim(min(min(shown), level) - 0.1, max(max(shown), level) + 0.1)  # the criterion's line is shown
         ax.set(xlabel="step", ylabel="eval cross-entropy (nats)", title="MLM pre-training: evaluation loss")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -59,7 +59,7 @@ def main():
     print(f"{ck['model_args']['attention_type']} BERT, step {ck['iter_num']}: {text}")
     for n, (_, cands) in enumerate(found, 1):
         print(f"[MASK] {n}: " + " | ".join(f"{tok!r} {p:.1%}" for tok, p in cands))
-    print(f"filled in: {filled}")
+    print("filled in: " + filled.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t"))  # one line
 
 
 if __name__ == '__main__':

@@ -34,7 +34,7 @@ from tqdm import tqdm  # noqa: E402
 
 from common import (all_finite, atomic_write, autocast, check_device, compile_model, gpu_peak_flops,  # noqa: E402
                     MACHINE_KEYS, linear_schedule, load_checkpoint, load_dataset, lock_dir, mask_tokens, optimizer_step,
-                    resolve_dtype, save_checkpoint)
+                    remove_stale_temporaries, resolve_dtype, save_checkpoint)
 from configurator import check, configure  # noqa: E402
 from model import Bert, BertConfig, diagnostics  # noqa: E402
 
@@ -102,6 +102,7 @@ out_dir = os.path.abspath(out_dir)
 ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
 if int(os.environ.get("RANK", 0)) == 0:  # held by this run before anything in it is read
     lock_dir(out_dir, f"train.py {' '.join(sys.argv[1:])}"[:200])
+    remove_stale_temporaries(out_dir)  # half-written checkpoints of killed runs: ours to remove now
 
 # ---- the state of a previous run: resumed with its own settings; another run is never touched ----
 ckpt = load_checkpoint(ckpt_path, resume=True) if init_from == "resume" else None
@@ -212,6 +213,9 @@ if master:
     print(f"{model_args['attention_type']} BERT, {n_params / 1e6:.2f}M parameters; {len(train_data):,} train / "
           f"{len(val_data):,} val blocks of {block_size}; {world} process(es) x {accum} micro-steps x {batch_size} = "
           f"{batch_size * gradient_accumulation_steps} sequences per step; {device}, {dtype} ({dtype_why})", flush=True)
+    if warmup_iters > max_iters:
+        print(f"note: warmup_iters ({warmup_iters}) > max_iters ({max_iters}): the learning rate never reaches "
+              f"{learning_rate:g}", flush=True)
 
 # ---- data: a fresh permutation of the train blocks each epoch, indexed by global micro-batch ----
 perm_cache = {}

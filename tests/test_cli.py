@@ -1,5 +1,6 @@
 """A newcomer's first hour: --help everywhere, a quick start that can be run twice, sample.py."""
 import ast
+import itertools
 import os
 import shutil
 import subprocess
@@ -31,11 +32,11 @@ def test_help_lists_every_key_with_its_comment(script):
     for flag in ("--help", "-h"):
         p = subprocess.run([sys.executable, script, flag], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and p.stdout.startswith(f"usage: python {script}"), p.stderr
-        listed = [line.split("=")[0].strip()[2:] for line in p.stdout.splitlines() if line.startswith("  --")]
-        assert listed == config_keys(script)
-        for line in p.stdout.splitlines():
-            if line.startswith("  --"):
-                assert len(line.split(None, 1)) == 2, f"{script}: no explanation for {line.strip()}"
+        lines = [line.split() for line in p.stdout.splitlines() if line.startswith("  --")]
+        names = [[t.split("=")[0][2:] for t in itertools.takewhile(lambda t: t.startswith("--"), w)] for w in lines]
+        assert [n for group in names for n in group] == config_keys(script)
+        for words, group in zip(lines, names):  # a, b = ... shares one line and one explanation
+            assert len(words) > len(group), f"{script}: no explanation for {' '.join(words)}"
 
 
 def run(args, cwd):
@@ -59,6 +60,7 @@ def test_quick_start_runs_twice_and_keeps_the_first_run(tmp_path):
             first = (repo / "out" / "tiny_pair" / "ckpt.pt").read_bytes()
             log = (repo / "out" / "tiny_pair" / "log.jsonl").read_text()
             assert "done: step 4" in p.stdout and "next: python sample.py" in p.stdout
+            assert "note: warmup_iters (30) > max_iters (4): the learning rate never reaches 0.002" in p.stdout
     assert "already holds this run, finished at step 4: nothing to do" in p.stdout
     assert (repo / "out" / "tiny_pair" / "ckpt.pt").read_bytes() == first  # the first run is intact
     assert (repo / "out" / "tiny_pair" / "log.jsonl").read_text() == log

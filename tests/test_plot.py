@@ -71,7 +71,10 @@ def test_bad_inputs_are_one_line(tmp_path):
     write_log(tmp_path / "broken", [(0, 10.0)], tail='{"type": "eval", "step": 5}\n{"type": "eval"')
     write_log(tmp_path / "ok", [(0, 10.0), (5, 9.0)])
     (tmp_path / "file").write_text("x")
+    (tmp_path / "notjson").mkdir()
+    (tmp_path / "notjson" / "log.jsonl").write_text("step,loss\n0,10.0\n")
     for args, msg in (([f"--runs={tmp_path}/empty"], "has no eval records"),
+                      ([f"--runs={tmp_path}/notjson"], "is not JSON lines"),
                       ([f"--runs={tmp_path}/missing"], "cannot read"),
                       ([f"--runs={tmp_path}/broken"], "line 3: an eval record needs a step and a finite loss"),
                       ([f"--runs={tmp_path}/ok", f"--out={tmp_path}/file/fig"], "cannot create"),

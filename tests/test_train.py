@@ -103,6 +103,27 @@ def test_atomic_write_survives_crash_and_full_disk(tmp_path):
     assert os.listdir(tmp_path) == ["ckpt.pt"]  # and no temporary file is left behind
 
 
+def test_a_full_disk_inside_torch_save_is_one_line_and_stale_temporaries_go(tmp_path, monkeypatch):
+    path = str(tmp_path / "ckpt.pt")
+    common.save_checkpoint({"iter_num": 1}, path)
+
+    def full(obj, f):
+        f.write(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:664] . PytorchStreamWriter failed writing file "
+                           "data/0: file write failed")
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(SystemExit, match=r"cannot write .*ckpt.pt: the write failed \(a full disk\?\)"):
+        common.save_checkpoint({"iter_num": 2}, path)
+    monkeypatch.undo()
+    assert os.listdir(tmp_path) == ["ckpt.pt"] and torch.load(path, weights_only=True)["iter_num"] == 1
+    (tmp_path / "snapshots").mkdir()
+    for name in ("ckpt.pt.tmp.123", "snapshots/ckpt_0000010.pt.tmp.99", "notes.tmp.txt"):
+        (tmp_path / name).write_bytes(b"x")
+    common.remove_stale_temporaries(str(tmp_path))
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "notes.tmp.txt", "snapshots"]
+    assert os.listdir(tmp_path / "snapshots") == []
+
+
 def test_checkpoint_loader_checks(tmp_path):
     model = Bert(BertConfig(n_layer=1, n_head=2, n_embd=8, n_inner=16, vocab_size=11, block_size=8))
     good = {"model": model.state_dict(), "model_args": vars(model.config), "iter_num": 5}
@@ -317,7 +338,7 @@ def test_dataset_files_are_checked_before_any_compute(data_dir, tmp_path):
         shutil.copytree(data_dir, d)
         damage(d)
         p = run_train(*TINY, f"--dataset={d}", f"--out_dir={tmp_path}/out_{name}", check=False)
-        one_line_error(p, {"short": "the dataset is incomplete or corrupt", "no_val": "val.bin has no file",
+        one_line_error(p, {"short": "the dataset is incomplete or corrupt", "no_val": "val.bin is missing",
                            "bad_meta": "cannot read dataset metadata", "keys": "meta.json is incomplete",
                            "dtype": "says dtype 'int32'; train.py reads uint16"}[name])
         assert os.listdir(f"{tmp_path}/out_{name}") == [".lock"], name  # refused before anything was written
@@ -341,7 +362,8 @@ def test_resume_refuses_another_architecture(data_dir, tmp_path):
                                      ("--n_head=0", "n_layer, n_head, n_embd, n_inner, block_size must be >= 1"),
                                      ("--dtype=fp8", "dtype must be auto")])
 def test_out_of_range_settings_are_one_line(data_dir, tmp_path, bad, msg):
-    one_line_error(run_train(*TINY, bad, f"--dataset={data_dir}", f"--out_dir={tmp_path}/x", check=False), msg)
+    one_line_error(run_train(*TINY, "--max_iters=10", bad, f"--dataset={data_dir}", f"--out_dir={tmp_path}/x",
+                             check=False), msg)
 
 
 def test_ctrl_c_during_start_up_is_one_line(data_dir, tmp_path):

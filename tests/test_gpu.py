@@ -1,0 +1,88 @@
+"""The GPU paths, on a machine with CUDA (skipped elsewhere): `python -m pytest -q tests/test_gpu.py`.
+bf16 and fp16 + GradScaler training, torch.compile, an exact resume after SIGTERM, 2-process NCCL where two GPUs
+exist, and bench.py at the bert-base shape (its table is printed: run with -s to see it)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL = ["--n_layer=2", "--n_head=4", "--n_embd=128", "--n_inner=512", "--block_size=64", "--batch_size=16",
+         "--gradient_accumulation_steps=2", "--warmup_iters=5", "--learning_rate=2e-3", "--eval_iters=4",
+         "--log_interval=1", "--checkpoint_interval=0", "--device=cuda"]
+
+
+def train(*args, check=True):
+    p = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    if check:
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    return p
+
+
+def evals(out, kind="eval"):
+    with open(os.path.join(out, "log.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["type"] == kind]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("compile", [False, True])
+def test_training_on_the_gpu(data_dir, tmp_path, dtype, compile):
+    if dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    out = str(tmp_path / "run")
+    p = train(*SMALL, f"--dataset={data_dir}", f"--out_dir={out}", f"--dtype={dtype}", f"--compile={compile}",
+              "--attention_type=pairwise", "--max_iters=40", "--eval_interval=20")
+    assert f"cuda, {dtype}" in p.stdout and ("running eagerly" not in p.stdout)
+    e = evals(out)
+    assert e[-1]["loss"] < e[0]["loss"] - 1.0, e
+    assert all("mfu" in r for r in evals(out, "train"))
+
+
+def test_exact_resume_on_the_gpu(data_dir, tmp_path):
+    args = [*SMALL, f"--dataset={data_dir}", "--max_iters=30", "--eval_interval=10", "--compile=False",
+            "--dtype=bfloat16" if torch.cuda.is_bf16_supported() else "--dtype=float16"]
+    train(*args, f"--out_dir={tmp_path}/full")
+    p = subprocess.Popen([sys.executable, "train.py", *args, f"--out_dir={tmp_path}/part"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None:
+        if os.path.exists(f"{tmp_path}/part/log.jsonl") and len(evals(f"{tmp_path}/part", "train")) >= 12:
+            p.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.05)
+    p.communicate(timeout=300)
+    assert p.returncode == 128 + signal.SIGTERM
+    train(*args, f"--out_dir={tmp_path}/part", "--init_from=resume")
+    for kind in ("train", "eval"):
+        a, b = evals(f"{tmp_path}/full", kind), evals(f"{tmp_path}/part", kind)
+        assert [(r["step"], r["loss"]) for r in a] == [(r["step"], r["loss"]) for r in b]
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_two_process_nccl_matches_one(data_dir, tmp_path):
+    args = [*SMALL, f"--dataset={data_dir}", "--max_iters=6", "--eval_interval=3", "--dropout=0.0",
+            "--compile=False", "--dtype=float32", "--gradient_accumulation_steps=4"]
+    train(*args, f"--out_dir={tmp_path}/one")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        "train.py", *args, f"--out_dir={tmp_path}/two"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    a, b = evals(f"{tmp_path}/one"), evals(f"{tmp_path}/two")
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    assert all(abs(x["loss"] - y["loss"]) < 1e-3 * abs(x["loss"]) for x, y in zip(a, b))  # TF32 matmuls
+
+
+def test_bench_at_the_bert_base_shape():
+    p = subprocess.run([sys.executable, "bench.py", "--device=cuda", "--n_layer=12", "--n_head=12", "--n_embd=768",
+                        "--n_inner=3072", "--block_size=512", "--batch_size=32", "--hf_modes=eager",
+                        "--seq_lens="], cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, p.stderr[-3000:]
+    print(p.stdout)
+    rows = [line for line in p.stdout.splitlines() if line.startswith("| ours")]
+    assert len(rows) == 5 and all(float(r.split(" | ")[4].replace(",", "")) > 0 for r in rows)
