@@ -265,7 +265,7 @@ def test_end_to_end_learns_and_resumes(tmp_path):
     synthetic(tmp_path / 'glue', 384, 200)
     ckpt, out = save_ckpt(tmp_path / 'ckpt.pt'), tmp_path / 'out'
     args = [f'--init_from={ckpt}', f'--data_dir={tmp_path / "glue"}', '--tasks=rte,stsb', '--epochs=5',
-            '--learning_rate=3e-3', f'--out_dir={out}']
+            '--learning_rate=3e-3', f'--out_dir={out}', '--dtype=float32']
     p = run(*args, '--seeds=1')  # as if a run of seeds 1,2 had been interrupted after seed 1
     assert p.returncode == 0, p.stderr[-2000:]
     first = json.loads((out / 'glue_results.json').read_text())
@@ -284,6 +284,17 @@ def test_end_to_end_learns_and_resumes(tmp_path):
     p = run(*args, '--seeds=1', '--learning_rate=1e-3')  # other settings must not mix into the same results
     assert p.returncode == 1 and 'learning_rate differ' in p.stderr
     assert f"results: {out / 'glue_results.json'}" in run(*args, '--seeds=1').stdout
+
+
+def test_fine_tuning_in_bf16_learns(tmp_path):
+    synthetic(tmp_path / 'glue', 384, 200)
+    ckpt, out = save_ckpt(tmp_path / 'ckpt.pt'), tmp_path / 'out'
+    p = run(f'--init_from={ckpt}', f'--data_dir={tmp_path / "glue"}', '--tasks=rte', '--epochs=5', '--seeds=1',
+            '--learning_rate=3e-3', f'--out_dir={out}', '--dtype=bfloat16')
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert 'cpu, bfloat16 (as asked)' in p.stdout
+    res = json.loads((out / 'glue_results.json').read_text())
+    assert res['runs']['rte']['1']['dev']['rte']['accuracy'] > 90  # chance: ~50
 
 
 def test_nothing_wrong_is_recorded(tmp_path):
