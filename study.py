@@ -301,6 +301,8 @@ def fmt_steps(a, cap):
 
 
 def main():
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the runs save, then stop too
     plan = plan_runs()
     base_cfg = read_file(base)  # the base config's own settings (max_iters: the cap)
     need = ('dataset', 'max_iters', 'block_size', 'batch_size', 'eval_iters', 'eval_interval')
