@@ -72,7 +72,7 @@ def test_bad_inputs_are_one_line(tmp_path):
     write_log(tmp_path / "ok", [(0, 10.0), (5, 9.0)])
     (tmp_path / "file").write_text("x")
     (tmp_path / "notjson").mkdir()
-    (tmp_path / "notjson" / "log.jsonl").write_text("step,loss\n0,10.0\n")
+    (tmp_path / "notjson" / "log.jsonl").write_text("step,loss 0,10.0 25,9.0\n")  # one line: not a half-written one
     for args, msg in (([f"--runs={tmp_path}/empty"], "has no eval records"),
                       ([f"--runs={tmp_path}/notjson"], "is not JSON lines"),
                       ([f"--runs={tmp_path}/missing"], "cannot read"),
