@@ -287,7 +287,8 @@ def survival_figure(per_arm, cap, path):
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=150)
     for arm, a in per_arm.items():
         steps, surv = zip(*a['km_curve'])
-        ax.step(list(steps) + [cap], list(surv) + [surv[-1]], where='post', label=f"{ARMS[arm][0]} ({a['n']} seeds)")
+        ax.step(list(steps) + [cap], list(surv) + [surv[-1]], where='post',
+                label=f"{ARMS[arm][0]} ({a['n']} seed{'s' if a['n'] > 1 else ''})")
     ax.set(xlabel='step', ylabel='fraction of runs still on the plateau', ylim=(-0.03, 1.03), xlim=(0, cap),
            title=f'Kaplan-Meier: runs not yet at eval loss <= U - {drop:g}')
     ax.grid(alpha=0.3)
