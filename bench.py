@@ -136,7 +136,8 @@ if __name__ == "__main__":
     check(modes.split(","), ("eager", "compiled"), "mode")
     check([m for m in hf_modes.split(",") if m], ("eager", "compiled"), "hf mode")
     if min(batch_size, block_size, warmup, steps, repeats) < 1 or not 0 < mask_prob < 1 or matmul_size < 0:
-        raise SystemExit("bench: batch_size, block_size, warmup, steps and repeats must be >= 1, mask_prob in (0, 1)")
+        raise SystemExit("bench: batch_size, block_size, warmup, steps and repeats must be >= 1, mask_prob in (0, 1), "
+                         "matmul_size >= 0")
     torch.backends.cuda.matmul.allow_tf32 = True
     on_gpu = device.startswith("cuda")
     peak = peak_flops or (gpu_peak_flops(torch.cuda.get_device_name()) if on_gpu else 0.0)
@@ -160,10 +161,10 @@ if __name__ == "__main__":
         rows.append([label, dtype, mode, torch.cuda.max_memory_allocated() / 2**30 if on_gpu else float("nan"), flops])
         print(f"  ready: {label}, {dtype}, {mode}", flush=True)
 
+    peak_fns = {dtype: matmul(dtype, n_mm) for dtype in dtype_list}
+    for fn in peak_fns.values():
+        fn()  # its first call sets the library up
     for dtype in dtype_list:
-        step_fns.append(matmul(dtype, n_mm))
-        step_fns[-1]()  # its first call sets the library up
-        rows.append([f"matmul {n_mm}x{n_mm}", dtype, "-", float("nan"), 2 * n_mm ** 3])
         for mode in filter(None, hf_modes.split(",")):
             try:
                 model, opt = hugging_face()
@@ -178,24 +179,23 @@ if __name__ == "__main__":
                 model, opt = ours(attention_type)
                 add(f"ours, {attention_type}", dtype, mode, model, opt,
                     flops=model.flops_per_token(block_size, len(pos) / tokens) * tokens)
-    for row, dt in zip(rows, median_step_times(step_fns, warm=True)):
+    times = median_step_times(step_fns + list(peak_fns.values()), warm=True)  # the peaks interleaved with the rest
+    for row, dt in zip(rows, times):
         row.insert(3, dt)
-
-    mm = {r[1]: r[5] / r[3] for r in rows if r[0].startswith("matmul")}  # FLOP/s of each precision's matmul
+    mm = {dtype: 2 * n_mm ** 3 / dt for dtype, dt in zip(peak_fns, times[len(rows):])}  # each precision's FLOP/s
     hf_eager = {r[1]: r[3] for r in rows if r[0].startswith("HF") and r[2] == "eager"}
     print(f"\nmatmul peak here: " + ", ".join(f"{d} {f / 1e9:,.0f} GFLOP/s" for d, f in mm.items()))
     print(f"\n| model | dtype | mode | ms/step | tokens/s | vs HF eager, same dtype | of the dtype's matmul peak |"
           f"{' peak GiB | MFU |' if on_gpu else ''}\n|---|---|---|---|---|---|---|{'---|---|' if on_gpu else ''}")
     for label, dtype, mode, dt, mem, flops in rows:
-        if label.startswith("matmul"):
-            continue
         ratio = f"{hf_eager[dtype] / dt:.2f}x" if dtype in hf_eager else "-"
         gpu = f" {mem:.1f} | {f'{flops / dt / peak:.1%}' if peak else '-'} |" if on_gpu else ""
-        print(f"| {label} | {dtype} | {mode} | {dt * 1e3:.1f} | {tokens / dt:,.0f} | {ratio} | {flops / dt / mm[dtype]:.0%} |{gpu}")
+        print(f"| {label} | {dtype} | {mode} | {dt * 1e3:.1f} | {tokens / dt:,.0f} | {ratio} | "
+              f"{flops / dt / mm[dtype]:.0%} |{gpu}")
     if len(dtype_list) > 1:
         print("\nbf16 over float32, per model: " + ", ".join(
             f"{r[0].removeprefix('ours, ')} {r[3] / q[3]:.2f}x" for r in rows for q in rows
-            if r[1] == "float32" and q[1] == "bfloat16" and r[0] == q[0] and r[2] == q[2] and r[2] != "-"))
+            if r[1] == "float32" and q[1] == "bfloat16" and r[0] == q[0] and r[2] == q[2]))
 
     if seq_lens:  # additive attention is linear in T: its cost per token stays flat as T grows
         lens = [int(t) for t in seq_lens.split(",")]

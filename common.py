@@ -237,7 +237,8 @@ def load_checkpoint(path, resume=False):
 
 def load_dataset(data_dir, vocab_size, block_size):
     """(train, val, meta) of a prepare_oscar.py dataset: (N, block_size) uint16 memmaps, after checking every number
-    the run relies on (meta.json, the model, the files' sizes) before any compute. Any problem: one line."""
+    the run relies on (meta.json, the model's vocab_size unless None, the files' sizes) before any compute. Any
+    problem: one line."""
     path = os.path.join(data_dir, "meta.json")
     if not os.path.exists(path):
         raise SystemExit(f"no dataset in {data_dir}: make it with `python prepare_oscar.py --source=... "
@@ -245,7 +246,7 @@ def load_dataset(data_dir, vocab_size, block_size):
     meta, rebuild = read_json(path, "dataset metadata"), "rebuild it with prepare_oscar.py ... --overwrite=True"
     try:
         meta["special"]["mask"], min(meta["special"].values())
-        if meta["vocab_size"] != vocab_size or meta["block_size"] % block_size:
+        if meta["vocab_size"] != (vocab_size or meta["vocab_size"]) or meta["block_size"] % block_size:
             raise SystemExit(f"{data_dir} was made for vocab_size {meta['vocab_size']} and blocks of "
                              f"{meta['block_size']}; the model has vocab_size {vocab_size} and block_size {block_size}, "
                              "which must divide the dataset's block size")

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 import plot
-from common import atomic_write, load_checkpoint, load_dataset, lock_dir, read_evals, read_json, unlock_dir, write_json
+from common import (MACHINE_KEYS, atomic_write, first_step_below, load_checkpoint, load_dataset, lock_dir, read_evals,
+                    unlock_dir, write_json)
 from configurator import check, configure, read_file
 
 # -----------------------------------------------------------------------------
@@ -57,16 +58,11 @@ ARMS = {  # name: (legend label, train.py overrides of the base config, paired s
     'pairwise_frozen_s': ('pairwise, S frozen at N(0, 1)', ['--attention_type=pairwise', '--freeze_s=True'], 3),
     'original_sym_init': ('original, key = query at init', ['--attention_type=original', '--symmetric_init=True'], 3),
 }
-RUN_KEYS_IGNORED = ('init_from', 'out_dir', 'device', 'compile')  # where and how a run ran; dtype does count
+RUN_KEYS_IGNORED = tuple(k for k in MACHINE_KEYS if k != 'dtype')  # where a run ran; its precision counts
 LENGTH_KEYS = ('max_iters', 'target_loss', 'min_iters')  # how long a run went: a record can be extended
 
 
 # ----------------------------------------------------------------------------- statistics (numpy only)
-def steps_to(evals, level):
-    """The first eval step whose loss is <= level, or None."""
-    return next((r['step'] for r in evals if r['loss'] <= level), None)
-
-
 def loss_at(evals, step):
     return next((r['loss'] for r in evals if r['step'] == step), None)
 
@@ -118,9 +114,7 @@ def unigram_loss(data_dir, block_size, batch_size, eval_iters):
     """U: the cross-entropy of predicting each eval token from its frequency in train.bin (add-one smoothed),
     over the ordinary tokens of the eval blocks train.py uses (the first eval_iters * batch_size of val.bin).
     Masking picks positions uniformly among those tokens, so U is the expected eval loss of that predictor."""
-    vocab = read_json(os.path.join(data_dir, 'meta.json'), 'dataset metadata').get('vocab_size') \
-        if os.path.exists(os.path.join(data_dir, 'meta.json')) else 0
-    train_data, val_data, meta = load_dataset(data_dir, vocab, block_size)
+    train_data, val_data, meta = load_dataset(data_dir, None, block_size)
     n = min(meta['special'].values())
     tokens = np.asarray(train_data).reshape(-1)
     counts = np.bincount(tokens[tokens < n], minlength=n) + 1.0
@@ -174,7 +168,7 @@ def stop_level(u):
 
 def is_finished(evals, u, cap):
     last = evals[-1]['step']
-    return last >= cap or (steps_to(evals, stop_level(u)) is not None and last >= min_steps)
+    return last >= cap or (first_step_below(evals, stop_level(u)) is not None and last >= min_steps)
 
 
 # ----------------------------------------------------------------------------- the study
@@ -196,9 +190,10 @@ def run_all(plan, u, cap):
     todo, level = [], u - drop
     for arm, sd, cmd in plan:
         rec, run = read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")), os.path.join(out_dir, f"{arm}_s{sd}")
-        if rec and differ(rec[0]['config'], cmd):
-            raise SystemExit(f"study: {records}/{arm}_s{sd}.jsonl is a run of other settings "
-                             f"({', '.join(differ(rec[0]['config'], cmd))}): move it away or use another --records")
+        changed = differ(rec[0]['config'], cmd) if rec else []
+        if changed:
+            raise SystemExit(f"study: {records}/{arm}_s{sd}.jsonl is a run of other settings ({', '.join(changed)}): "
+                             "move it away or use another --records")
         if rec and is_finished(rec[1], u, cap):
             continue
         ckpt = os.path.join(run, 'ckpt.pt')
@@ -233,7 +228,7 @@ def run_all(plan, u, cap):
                 write_record(os.path.join(records, f"{arm}_s{sd}.jsonl"), run, ' '.join(['python train.py', *cmd]), u)
                 evals = read_evals(run)
                 print(f"  done {run} in {(time.time() - t0) / 60:.1f} min: step {evals[-1]['step']}, criterion met at "
-                      f"step {steps_to(evals, level)}; record: {records}/{arm}_s{sd}.jsonl", flush=True)
+                      f"step {first_step_below(evals, level)}; record: {records}/{arm}_s{sd}.jsonl", flush=True)
     except BaseException:  # Ctrl-C or a failed run: the others save their checkpoint and stop
         for p, *_ in running.values():
             p.send_signal(signal.SIGINT)
@@ -249,7 +244,7 @@ def summarize(runs, u, cap):
     and restricted mean steps, the eval loss at min_steps; paired with the original by seed: loss differences with
     a bootstrap interval and ratios of steps (bounds where censored); the same medians for every drop of the sweep."""
     def times(evals, level):
-        t = steps_to(evals, level)
+        t = first_step_below(evals, level)
         return (t, True) if t is not None else (evals[-1]['step'], False)
 
     level = u - drop
@@ -273,12 +268,13 @@ def summarize(runs, u, cap):
         diff = [loss_at(rs[s], min_steps) - loss_at(runs['original'][s], min_steps) for s in common]
         out['paired_with_original'][arm] = {
             'seeds': common, f'loss_diff_at_{min_steps}': float(np.mean(diff)), 'ci95': bootstrap_ci(diff),
-            'ratio_original_over_arm': {s: paired_ratio(steps_to(runs['original'][s], level), steps_to(rs[s], level), cap)
-                                        for s in common}}
+            'ratio_original_over_arm': {s: paired_ratio(first_step_below(runs['original'][s], level),
+                                                        first_step_below(rs[s], level), cap) for s in common}}
     for d in (float(x) for x in sweep.split(',') if x):
-        out['sweep'][f"{d:g}"] = {arm: {'km_median': km_median(kaplan_meier(*zip(*[times(e, u - d) for e in rs.values()]))),
-                                        'reached': sum(steps_to(e, u - d) is not None for e in rs.values()), 'n': len(rs)}
-                                  for arm, rs in runs.items()}
+        out['sweep'][f"{d:g}"] = {
+            arm: {'km_median': km_median(kaplan_meier(*zip(*[times(e, u - d) for e in rs.values()]))),
+                  'reached': sum(first_step_below(e, u - d) is not None for e in rs.values()), 'n': len(rs)}
+            for arm, rs in runs.items()}
     return out
 
 
@@ -353,14 +349,14 @@ def main():
               f"| {', '.join(p['ratio_original_over_arm'].values())} |")
     print("\n| drop (nats below U) | " + " | ".join(ARMS[a][0] for a in runs) + " |\n|---|" + "---|" * len(runs))
     for d, row in s['sweep'].items():
-        print(f"| {d} | " + " | ".join(f"{r['km_median'] or f'> {cap}'} ({r['reached']}/{r['n']})" for r in row.values())
+        print(f"| {d} | " + " | ".join(f"{fmt_steps(r, cap)} ({r['reached']}/{r['n']})" for r in row.values())
               + " |")
     if summary:
         write_json(summary, {
             'criterion': f"first eval step with eval loss <= U - {drop:g}, U = {u:.5f} (unigram predictor); cap {cap}",
             'unigram_loss': u, 'level': level, 'drop': drop, 'cap': cap, 'min_steps': min_steps, 'base_config': base,
-            'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + LENGTH_KEYS + (
-                'seed', 'attention_type', 's_init_std', 'symmetric_init', 'score_scale', 'freeze_s')},
+            'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + LENGTH_KEYS + ('seed',)
+                         and f'--{k}' not in {o.split('=')[0] for _, overrides, _ in ARMS.values() for o in overrides}},
             'arms': {a: {'label': ARMS[a][0], 'overrides': ARMS[a][1]} for a in runs}, 'missing': missing, **s})
         print(f"wrote {summary}")
     if figures:

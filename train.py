@@ -77,7 +77,7 @@ wandb_log = False  # also log to Weights & Biases (pip install wandb)
 wandb_project = "symmetric-bert"  # its project name
 # system
 device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or mps
-dtype = "auto"  # float32, bfloat16 or float16 (with a GradScaler); auto: bf16 (fp16 on older GPUs), float32 on a CPU without native bf16
+dtype = "auto"  # float32, bfloat16 or float16 (GradScaler); auto: bf16, fp16 on old GPUs, float32 on old CPUs
 compile = True  # torch.compile (falls back to eager, in one line, if it fails)
 peak_flops = 0.0  # device peak for the MFU estimate; 0 = guess from the GPU name (dense bf16)
 # -----------------------------------------------------------------------------
@@ -113,7 +113,7 @@ if ckpt is not None:  # every setting not given now comes from the run itself
     changed = [f"{k} {ckpt['config'][k]!r} -> {config[k]!r}" for k in sorted(given - set(MACHINE_KEYS))
                if k in ckpt["config"] and ckpt["config"][k] != config[k]
                and k not in ("target_loss", "min_iters")  # they decide where a run ends, not what it does
-               and not (k == "max_iters" and not config.get("decay_lr", True))]  # constant lr: extending is exact
+               and not (k == "max_iters" and not decay_lr)]  # constant lr: extending is exact
     model_args = ckpt["model_args"]  # the checkpoint decides the architecture; a contradiction is an error
     clash = [f"{k} {config[k]!r} (checkpoint: {model_args.get(k)!r})" for k in MODEL_KEYS
              if k in given and config[k] != model_args.get(k, BertConfig.__dataclass_fields__[k].default)]
@@ -426,7 +426,8 @@ if stopping:
 if master:
     rel = os.path.relpath(out_dir) if not os.path.relpath(out_dir).startswith("..") else out_dir
     n_snap = len(os.listdir(os.path.join(out_dir, "snapshots")))
-    print(f"done: step {iter_num}" + (f", eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}" if eval_acc is not None else "")
+    print(f"done: step {iter_num}"
+          + (f", eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}" if eval_acc is not None else "")
           + (f" (at or below target_loss {target_loss})" if iter_num < max_iters else "")
           + f". In {rel}/: ckpt.pt (the full state), log.jsonl (the curves), snapshots/ ({n_snap} model-only)."
           f"\nnext: python sample.py --init_from={rel}/ckpt.pt --text='The [MASK] sat on the mat.'"

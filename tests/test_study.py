@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import study
-from common import lock_dir, unlock_dir
+from common import first_step_below, lock_dir, unlock_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -112,7 +112,7 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
         for sd in ("1", "2"):
             head, ev = study.read_record(str(tmp_path / "rec" / f"{arm}_s{sd}.jsonl"))
             assert head["config"]["seed"] == int(sd) and head["config"]["attention_type"] == arm
-            met, deepest = study.steps_to(ev, u + 2.5), study.steps_to(ev, u + 1)  # the sweep's deepest: -1
+            met, deepest = first_step_below(ev, u + 2.5), first_step_below(ev, u + 1)  # the sweep's deepest: -1
             # train.py stopped at the first eval at or after min_steps once the sweep's deepest criterion was met
             assert ev[-1]["step"] == (max(deepest, 8) if deepest is not None else 12), (arm, sd, deepest, ev[-1])
             assert s["per_arm"][arm]["steps_to_criterion"][sd] == met
