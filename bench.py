@@ -17,7 +17,8 @@ import time
 
 import torch
 
-from common import autocast, check_device, compile_model, gpu_peak_flops, mask_tokens, resolve_dtype
+from dataloader import mask_tokens
+from engine import autocast, compile_model, gpu_peak_flops, resolve_dtype, set_up
 from model import ATTENTION_TYPES, Bert, BertConfig
 
 # -----------------------------------------------------------------------------
@@ -33,13 +34,13 @@ modes = "compiled"  # ours: 'eager', 'compiled' or both (train.py compiles by de
 hf_modes = "eager"  # BertForMaskedLM: 'eager' (as its users run it), 'compiled', both, or '' to skip
 warmup, steps, repeats = 2, 2, 3  # untimed steps first, then repeats x steps timed per model
 seq_lens = "256,1024"  # additive vs original at a fixed number of tokens per batch ('' to skip)
-peak_flops = 0.0  # for MFU; 0 = the GPU's dense bf16 peak by name (common.gpu_peak_flops)
+peak_flops = 0.0  # for MFU; 0 = the GPU's dense bf16 peak by name (engine.gpu_peak_flops)
 matmul_size = 0  # the square matmul timed as each precision's peak; 0 = 2048 on a CPU, 8192 on a GPU
 seed = 0  # initialisation and the batch
 # -----------------------------------------------------------------------------
 
 
-def check(names, allowed, what):
+def check_names(names, allowed, what):
     bad = [n for n in names if n not in allowed]
     if bad:
         raise SystemExit(f"bench: unknown {what} {', '.join(map(repr, bad))}: use a comma list of {', '.join(allowed)}")
@@ -124,21 +125,19 @@ if __name__ == "__main__":
     from configurator import configure
 
     configure(globals())
-    device_type = check_device(device)
+    device_type, auto, why, _ = set_up(device, "auto")  # the device checked, TF32 on, the precision auto picks
     if dtypes == "auto":
-        auto, why = resolve_dtype("auto", device_type)
         dtype_list = ["float32", "bfloat16"] if device_type == "cpu" and auto == "bfloat16" else [auto]
     else:
         dtype_list, why = [resolve_dtype(d, device_type)[0] for d in dtypes.split(",")], "as asked"
     if "float16" in dtype_list:
         raise SystemExit("bench: dtype float16 would need a GradScaler here: use bfloat16 or float32")
-    check(attention_types.split(","), ATTENTION_TYPES, "attention type")
-    check(modes.split(","), ("eager", "compiled"), "mode")
-    check([m for m in hf_modes.split(",") if m], ("eager", "compiled"), "hf mode")
+    check_names(attention_types.split(","), ATTENTION_TYPES, "attention type")
+    check_names(modes.split(","), ("eager", "compiled"), "mode")
+    check_names([m for m in hf_modes.split(",") if m], ("eager", "compiled"), "hf mode")
     if min(batch_size, block_size, warmup, steps, repeats) < 1 or not 0 < mask_prob < 1 or matmul_size < 0:
         raise SystemExit("bench: batch_size, block_size, warmup, steps and repeats must be >= 1, mask_prob in (0, 1), "
                          "matmul_size >= 0")
-    torch.backends.cuda.matmul.allow_tf32 = True
     on_gpu = device.startswith("cuda")
     peak = peak_flops or (gpu_peak_flops(torch.cuda.get_device_name()) if on_gpu else 0.0)
     name = torch.cuda.get_device_name() if on_gpu else f"CPU, {torch.get_num_threads()} threads"

@@ -9,6 +9,7 @@ e.g. config/base_pair.py), then applies `--key=value` overrides. Values are pars
 ast.literal_eval and must match the default's type (an int is accepted where a float is expected);
 a key whose default is a string takes the text as it is. Unknown keys and wrong types stop with a one-line message.
 `--help` (or -h) prints every key with its default and the comment written beside it in the script, then exits.
+Every failure a user can cause ends in one line (SystemExit) that says what to do: `check` and `oneline` help.
 """
 import ast
 import io
@@ -119,6 +120,11 @@ def configure(g, argv=None, given=None):
             g[key] = _check(key, value, defaults, f"--{key}")
             given.add(key)
     return {k: g[k] for k in defaults}  # the effective configuration, e.g. for logging and checkpoints
+
+
+def oneline(e):
+    """An exception as one short line, for the messages that end a script."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"[:300]
 
 
 def check(script, *rules):

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import torch
 
-from common import atomic_write, load_checkpoint, lock_dir, unlock_dir
+from rundir import atomic_write, load_checkpoint, locked
 from model import BertConfig
 from tokenizer import GPT2_PAT_STR, N_GPT2, SPECIAL_TOKENS, get_tokenizer
 
@@ -170,8 +170,7 @@ def main():
         raise SystemExit("export_hf: set --init_from=<checkpoint> and --out_dir=<folder to write>")
     ck = load_checkpoint(init_from)
     files = export(ck, out_dir)  # an additive/hybrid/sub-LN model is refused here, before anything is written
-    lock_dir(out_dir, "export_hf.py")
-    try:
+    with locked(out_dir, "export_hf.py"):
         others = [n for n in os.listdir(out_dir) if n != ".lock"]
         if others and not overwrite:
             raise SystemExit(f"export_hf: {out_dir} is not empty ({', '.join(sorted(others)[:3])}...): pass "
@@ -182,8 +181,6 @@ def main():
         for name, write in files.items():  # each file whole or not at all; config.json last
             atomic_write(os.path.join(out_dir, name), write)
         os.remove(os.path.join(out_dir, ".lock"))  # not part of a model folder; removed while still held
-    finally:
-        unlock_dir(out_dir)
     kind = "ForSequenceClassification" if "num_labels" in ck else "ForMaskedLM"
     print(f"wrote {out_dir} ({BertConfig(**ck['model_args']).attention_type} attention as a stock Bert{kind}): "
           f"{', '.join(files)}\nload it: transformers.AutoModel{kind}.from_pretrained({out_dir!r}), "

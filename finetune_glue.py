@@ -1,9 +1,9 @@
 """
 Fine-tune a train.py checkpoint on GLUE with the protocol of Courtois et al. 2024 and score it (Table 3),
-or score every kept snapshot of a pre-training run (Figure 3):
+or score every kept snapshot of a pre-training run (Figure 3). Two programs with one protocol:
 
-    python finetune_glue.py --init_from=out/ckpt.pt --data_dir=glue             # one Table-3 row
-    python finetune_glue.py --benchmark=out --tasks=rte,mrpc,stsb --seeds=1     # GLUE score vs. step
+    python finetune_glue.py --init_from=out/ckpt.pt --data_dir=glue             # table3(): one Table-3 row
+    python finetune_glue.py --benchmark=out --tasks=rte,mrpc,stsb --seeds=1     # run_benchmark(): GLUE vs. step
 
 Protocol (the defaults): each task is fine-tuned from the pre-trained encoder for 5 epochs, batch 16, AdamW
 lr 1e-5 with 10% linear warm-up then linear decay, weight decay 0, inputs cut to 128 tokens, seeds 1..5,
@@ -19,17 +19,18 @@ import re
 import socket
 import sys
 import time
-from collections import namedtuple
 from functools import lru_cache
+from types import SimpleNamespace
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from common import (autocast, check_device, linear_schedule, load_checkpoint, lock_dir, oneline, optimizer_step,
-                    read_json, resolve_dtype, save_checkpoint, unlock_dir, write_json)
-from configurator import configure
+from configurator import check, configure, oneline
+from engine import linear_schedule, optimizer_step, set_up
 from model import BertClassifier, BertConfig
+from rundir import load_checkpoint, locked, read_json, save_checkpoint, write_json
 from tokenizer import get_tokenizer
 
 # -----------------------------------------------------------------------------
@@ -57,25 +58,32 @@ compile = False  # torch.compile: off, as dynamic padding changes shapes every b
           # is a fresh model, so it costs more than it saves on GLUE-sized runs
 # -----------------------------------------------------------------------------
 
-# In Table 3's order. TSV columns of (text a, text b, label); labels: the spellings, index = class id as in
-# nyu-mll/glue (None: regression); dev: dev file of each per-task number; hub: the Hub's text columns.
-Task = namedtuple('Task', 'folder cols header labels dev hub')
-TASKS = {k: Task(*v) for k, v in {
-    'mrpc': ('MRPC', (3, 4, 0), True, ('0', '1'), {'mrpc': 'dev'}, ('sentence1', 'sentence2')),
-    'cola': ('CoLA', (3, None, 1), False, ('0', '1'), {'cola': 'dev'}, ('sentence', None)),
-    'mnli': ('MNLI', (8, 9, -1), True, ('entailment', 'neutral', 'contradiction'),
-             {'mnli-m': 'dev_matched', 'mnli-mm': 'dev_mismatched'}, ('premise', 'hypothesis')),
-    'qqp': ('QQP', (3, 4, 5), True, ('0', '1'), {'qqp': 'dev'}, ('question1', 'question2')),
-    'rte': ('RTE', (1, 2, 3), True, ('entailment', 'not_entailment'), {'rte': 'dev'}, ('sentence1', 'sentence2')),
-    'stsb': ('STS-B', (7, 8, 9), True, None, {'stsb': 'dev'}, ('sentence1', 'sentence2')),
-    'qnli': ('QNLI', (1, 2, 3), True, ('entailment', 'not_entailment'), {'qnli': 'dev'}, ('question', 'sentence')),
-    'sst2': ('SST-2', (0, None, 1), True, ('0', '1'), {'sst2': 'dev'}, ('sentence', None)),
-    'wnli': ('WNLI', (1, 2, 3), True, ('0', '1'), {'wnli': 'dev'}, ('sentence1', 'sentence2')),
-}.items()}
+class Task(NamedTuple):
+    folder: str  # in the original GLUE layout
+    cols: tuple  # TSV columns of (text a, text b or None, label)
+    header: bool  # the TSV files start with a header line
+    labels: tuple  # the label spellings, index = class id as in nyu-mll/glue; None: regression
+    dev: dict  # per-task number -> its dev file
+    hub: tuple  # the Hub's text columns (a, b or None)
+
+
+TASKS = {  # in Table 3's order
+    'mrpc': Task('MRPC', (3, 4, 0), True, ('0', '1'), {'mrpc': 'dev'}, ('sentence1', 'sentence2')),
+    'cola': Task('CoLA', (3, None, 1), False, ('0', '1'), {'cola': 'dev'}, ('sentence', None)),
+    'mnli': Task('MNLI', (8, 9, -1), True, ('entailment', 'neutral', 'contradiction'),
+                 {'mnli-m': 'dev_matched', 'mnli-mm': 'dev_mismatched'}, ('premise', 'hypothesis')),
+    'qqp': Task('QQP', (3, 4, 5), True, ('0', '1'), {'qqp': 'dev'}, ('question1', 'question2')),
+    'rte': Task('RTE', (1, 2, 3), True, ('entailment', 'not_entailment'), {'rte': 'dev'}, ('sentence1', 'sentence2')),
+    'stsb': Task('STS-B', (7, 8, 9), True, None, {'stsb': 'dev'}, ('sentence1', 'sentence2')),
+    'qnli': Task('QNLI', (1, 2, 3), True, ('entailment', 'not_entailment'), {'qnli': 'dev'}, ('question', 'sentence')),
+    'sst2': Task('SST-2', (0, None, 1), True, ('0', '1'), {'sst2': 'dev'}, ('sentence', None)),
+    'wnli': Task('WNLI', (1, 2, 3), True, ('0', '1'), {'wnli': 'dev'}, ('sentence1', 'sentence2')),
+}
 NUMBERS = ['mrpc', 'cola', 'mnli-m', 'mnli-mm', 'qqp', 'rte', 'stsb', 'qnli', 'sst2']  # the GLUE score's 9
 PROTOCOL = ['epochs', 'batch_size', 'learning_rate', 'warmup_ratio', 'weight_decay', 'grad_clip',
             'max_seq_len', 'length_bucketing', 'max_train_samples', 'data_dir', 'dtype']  # change results
 SCHEDULE = 'linear from 0'  # recorded with the protocol: results of the earlier schedule (from lr/warmup) never mix
+OPTIMIZER = 'AdamW, no weight decay on biases and LayerNorms'  # recorded likewise
 
 
 # ----------------------------------------------------------------------------- metrics (x in [0, 1])
@@ -145,7 +153,7 @@ def mean_std(v):  # std over seeds: the sample standard deviation (ddof=1); 0 fo
 def read_tsv(path, task):
     """(text a, text b or None, label) rows of a GLUE TSV file. Fields are split on tabs with quoting off:
     GLUE sentences hold unbalanced quote characters (STS-B, MRPC, MNLI). MRPC starts with a BOM."""
-    _, cols, header, labels, _, _ = TASKS[task]
+    cols, header, labels = TASKS[task].cols, TASKS[task].header, TASKS[task].labels
     try:
         with open(path, encoding='utf-8-sig', newline='') as f:
             lines = [line.rstrip('\r') for line in f.read().split('\n')]  # not splitlines(): \x85 is text
@@ -178,7 +186,7 @@ def tsv_files(task, data_dir):
 
 def load_task(task, data_dir):
     """{'train': rows, <number name>: dev rows, ...} from data_dir, or from nyu-mll/glue when it is ''."""
-    _, _, _, _, dev, (a, b) = TASKS[task]
+    dev, (a, b) = TASKS[task].dev, TASKS[task].hub
     if data_dir:
         return {k: read_tsv(path, task) for k, path in tsv_files(task, data_dir).items()}
     host = os.environ.get('HF_ENDPOINT', 'https://huggingface.co').split('://')[-1].split('/')[0]
@@ -218,7 +226,7 @@ def encode(rows, max_len):
 
 
 @lru_cache(maxsize=None)  # a benchmark scores many checkpoints on the same data
-def task_data(task):
+def task_data(task, data_dir, max_seq_len, max_train_samples=0):
     t0, sets = time.time(), load_task(task, data_dir)
     sets['train'] = sets['train'][:max_train_samples or None]
     data = {k: encode(rows, max_seq_len) for k, rows in sets.items()}
@@ -228,7 +236,7 @@ def task_data(task):
     return data
 
 
-def batch(d, idx):
+def batch(d, idx, device='cpu'):
     """Tensors for rows idx, padded to the longest of them (dynamic padding)."""
     lens, pos = d['len'][idx], np.arange(d['len'][idx].max())
     ids = np.full((len(idx), len(pos)), get_tokenizer()[1]['pad'], np.int64)
@@ -242,7 +250,7 @@ def batch(d, idx):
 # ----------------------------------------------------------------------------- fine-tuning
 
 
-def load_pretrained(path):
+def load_pretrained(path, max_seq_len=0):
     """(BertConfig, Bert state dict, iter_num) of a train.py checkpoint (full or snapshot), checked."""
     ck = load_checkpoint(path)
     cfg = BertConfig(**ck['model_args'])
@@ -251,40 +259,40 @@ def load_pretrained(path):
     return cfg, ck['model'], int(ck['iter_num'])
 
 
-def finetune(task, data, seed, cfg, state, keep=None, iter_num=0):
-    """Fine-tune a fresh classifier on data['train'] with the protocol; returns the dev metrics. With keep, a path,
-    the fine-tuned classifier is saved there (export_hf.py turns it into a BertForSequenceClassification)."""
+def finetune(task, data, seed, cfg, state, s, keep=None, iter_num=0):
+    """Fine-tune a fresh classifier on data['train'] with the protocol's settings s (this script's settings, with
+    device_type, dtype and ctx, the autocast); returns the dev metrics. With keep, a path, the fine-tuned classifier
+    is saved there (export_hf.py turns it into a BertForSequenceClassification)."""
     torch.manual_seed(seed)  # the new pooler and classifier, dropout
     rng = np.random.default_rng(seed)  # batch order
-    model = BertClassifier.from_pretrained(cfg, state, 1 if task == 'stsb' else len(TASKS[task].labels)).to(device)
-    fwd = torch.compile(model, dynamic=True) if compile else model
-    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay,
-                            fused=True)  # one kernel; on CPU ~10x faster than the default loop
-    scaler = torch.amp.GradScaler(device_type, enabled=dtype == 'float16')  # fp16 only: bf16 needs none
+    model = BertClassifier.from_pretrained(cfg, state, 1 if task == 'stsb' else len(TASKS[task].labels)).to(s.device)
+    fwd = torch.compile(model, dynamic=True) if s.compile else model
+    opt = model.configure_optimizers(s.weight_decay, s.learning_rate, (0.9, 0.999), 1e-8, s.device_type)  # HF's AdamW
+    scaler = torch.amp.GradScaler(s.device_type, enabled=s.dtype == 'float16')  # fp16 only: bf16 needs none
     train, n = data['train'], len(data['train']['tok'])
-    steps = epochs * math.ceil(n / batch_size)
-    warmup = math.ceil(warmup_ratio * steps)
+    steps = s.epochs * math.ceil(n / s.batch_size)
+    warmup = math.ceil(s.warmup_ratio * steps)
     t0, step = time.time(), 0
     model.train()
     # a live bar on a terminal only: a batch job's log gets the one result line per (task, seed)
     with tqdm(total=steps, desc=f"{task} seed {seed}", leave=False, disable=not sys.stderr.isatty()) as bar:
-        for _ in range(epochs):
+        for _ in range(s.epochs):
             order = rng.permutation(n)
-            if length_bucketing:  # sorted by length within chunks of 100 batches
-                c = 100 * batch_size
+            if s.length_bucketing:  # sorted by length within chunks of 100 batches
+                c = 100 * s.batch_size
                 order = np.concatenate([o[np.argsort(train['len'][o])] for o in np.split(order, range(c, n, c))])
-            batches = [order[i:i + batch_size] for i in range(0, n, batch_size)]
-            loss_sum = torch.zeros((), device=device)  # summed on the device: no host sync per step
+            batches = [order[i:i + s.batch_size] for i in range(0, n, s.batch_size)]
+            loss_sum = torch.zeros((), device=s.device)  # summed on the device: no host sync per step
             for b in rng.permutation(len(batches)):  # random batch order (matters only when bucketed)
                 idx = batches[b]
                 for g in opt.param_groups:
-                    g['lr'] = linear_schedule(step, learning_rate, warmup, steps)
-                ids, mask, types = batch(train, idx)
-                with ctx:
-                    _, loss = fwd(ids, torch.from_numpy(train['y'][idx]).to(device), attention_mask=mask,
+                    g['lr'] = linear_schedule(step, s.learning_rate, warmup, steps)
+                ids, mask, types = batch(train, idx, s.device)
+                with s.ctx:
+                    _, loss = fwd(ids, torch.from_numpy(train['y'][idx]).to(s.device), attention_mask=mask,
                                   token_type_ids=types)
                 scaler.scale(loss).backward()
-                optimizer_step(opt, scaler, model.parameters(), grad_clip)
+                optimizer_step(opt, scaler, model.parameters(), s.grad_clip)
                 loss_sum += loss.detach()
                 step += 1
                 bar.update()
@@ -300,9 +308,9 @@ def finetune(task, data, seed, cfg, state, keep=None, iter_num=0):
             d = data[name]
             order = np.argsort(d['len'], kind='stable')  # similar lengths together: little padding
             out = []
-            for i in range(0, len(order), eval_batch_size):
-                ids, mask, types = batch(d, order[i:i + eval_batch_size])
-                with ctx:
+            for i in range(0, len(order), s.eval_batch_size):
+                ids, mask, types = batch(d, order[i:i + s.eval_batch_size], s.device)
+                with s.ctx:
                     out.append(fwd(ids, attention_mask=mask, token_type_ids=types)[0].float().cpu())
             logits = torch.cat(out).numpy()
             pred = logits[:, 0] if task == 'stsb' else logits.argmax(-1)
@@ -345,100 +353,94 @@ def table(name, summary):
     return '\n'.join(lines)
 
 
-def run_glue(ckpt_path, out):
-    """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json."""
-    cfg, state, iter_num = load_pretrained(ckpt_path)
-    lock_dir(out, 'finetune_glue.py')  # one writer per results folder
-    try:
-        return glue_protocol(cfg, state, iter_num, ckpt_path, out)
-    finally:
-        unlock_dir(out)
-
-
-def glue_protocol(cfg, state, iter_num, ckpt_path, out):
+def table3(ckpt_path, out, s):
+    """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json, then its Table-3 row."""
+    cfg, state, iter_num = load_pretrained(ckpt_path, s.max_seq_len)
     path = os.path.join(out, 'glue_results.json')
-    protocol = {**{k: globals()[k] for k in PROTOCOL}, 'schedule': SCHEDULE,
-                'data_dir': data_dir and os.path.abspath(data_dir),
+    protocol = {**{k: getattr(s, k) for k in PROTOCOL}, 'schedule': SCHEDULE, 'optimizer': OPTIMIZER,
+                'data_dir': s.data_dir and os.path.abspath(s.data_dir),
                 'init_from': os.path.abspath(ckpt_path), 'iter_num': iter_num}
     res = {'model': f"{cfg.attention_type} {cfg.n_layer}L/{cfg.n_embd}H step {iter_num}", 'protocol': protocol,
            'runs': {}}
-    if os.path.exists(path):  # resume, but never mix results of different settings in one file
-        res = read_json(path, 'GLUE results')
-        if not isinstance(res, dict) or not isinstance(res.get('protocol'), dict) or not isinstance(res.get('runs'), dict):
-            raise SystemExit(f"finetune_glue: {path} is not a glue_results.json of this script; it was left as it is: "
-                             "choose another out_dir")
-        if diff := [k for k in protocol if res['protocol'].get(k) != protocol[k]]:
-            raise SystemExit(f"finetune_glue: {path} holds results of other settings ({', '.join(diff)} differ); "
-                             "use another out_dir or delete that file")
-    for task in task_list:
-        for seed in map(str, seed_list):
-            if seed in res['runs'].get(task, {}):
-                print(f"{task} seed {seed}: done already, skipped")
-                continue
-            keep = os.path.join(out, f"{task}_s{seed}.pt") if save_models else None
-            r = finetune(task, task_data(task), int(seed), cfg, state, keep, iter_num)
-            res['runs'].setdefault(task, {})[seed] = r
-            print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
-                  + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")
-            write_json(path, {**res, **summarize(res['runs'])})
-    res.update(summarize(res['runs']))
-    write_json(path, res)
+    with locked(out, 'finetune_glue.py'):  # one writer per results folder
+        if os.path.exists(path):  # resume, but never mix results of different settings in one file
+            res = read_json(path, 'GLUE results')
+            if not isinstance(res, dict) or not all(isinstance(res.get(k), dict) for k in ('protocol', 'runs')):
+                raise SystemExit(f"finetune_glue: {path} is not a glue_results.json of this script; it was left as it "
+                                 "is: choose another out_dir")
+            if diff := [k for k in protocol if res['protocol'].get(k) != protocol[k]]:
+                raise SystemExit(f"finetune_glue: {path} holds results of other settings ({', '.join(diff)} differ); "
+                                 "use another out_dir or delete that file")
+        for task in s.task_list:
+            for seed in map(str, s.seed_list):
+                if seed in res['runs'].get(task, {}):
+                    print(f"{task} seed {seed}: done already, skipped")
+                    continue
+                keep = os.path.join(out, f"{task}_s{seed}.pt") if s.save_models else None
+                data = task_data(task, s.data_dir, s.max_seq_len, s.max_train_samples)
+                r = finetune(task, data, int(seed), cfg, state, s, keep, iter_num)
+                res['runs'].setdefault(task, {})[seed] = r
+                print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
+                      + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")
+                write_json(path, {**res, **summarize(res['runs'])})
+        res.update(summarize(res['runs']))
+        write_json(path, res)
     print(table(res['model'], res))
-    print(f"results: {path}" + (f"; classifiers: {out}/<task>_s<seed>.pt" if save_models else ""))
+    print(f"results: {path}" + (f"; classifiers: {out}/<task>_s<seed>.pt" if s.save_models else ""))
     return res
 
 
-def run_benchmark():
-    """Score the kept snapshots of a training run; records score vs. step and the first step at 95% of the
-    final score. ckpt.pt is scored as well when it is newer than the last snapshot."""
-    snaps = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(benchmark, 'snapshots', 'ckpt_*.pt'))
-                   if (m := re.fullmatch(r'ckpt_(\d+)\.pt', os.path.basename(p))))
-    snaps = snaps[::-snapshot_every][::-1]  # every k-th, counted back from the last
-    final = os.path.join(benchmark, 'ckpt.pt')
-    final_step = load_pretrained(final)[2] if os.path.isfile(final) else -1
-    if final_step > (snaps[-1][0] if snaps else -1):
-        snaps.append((final_step, final))
-    if not snaps:
-        raise SystemExit(f"finetune_glue: no snapshots/ckpt_*.pt and no ckpt.pt in {benchmark!r}")
-    records = []
-    for step, path in snaps:
-        g = run_glue(path, os.path.join(out_dir, f"step_{step:07d}"))
-        records.append({'step': step, 'checkpoint': path, 'score': g['glue'].get('mean'),
-                        'std': g['glue'].get('std'), 'complete': g['glue']['complete'],
-                        'numbers': {n: v['mean'] for n, v in g['numbers'].items()}})
-    target = 0.95 * records[-1]['score']
-    step_95 = next((r['step'] for r in records if r['score'] >= target), None)
-    write_json(os.path.join(out_dir, 'benchmark.json'), {'records': records, 'final_score': records[-1]['score'],
-                                                         'target_95': target, 'step_95': step_95, 'tasks': task_list})
+def run_benchmark(run_dir, s):
+    """Figure 3: the protocol on the kept snapshots of a train.py run (every snapshot_every-th, counted back from the
+    last, and ckpt.pt when it is newer); records score vs. step and the first step at 95% of the final score."""
+    with locked(s.out_dir, 'finetune_glue.py --benchmark'):  # one benchmark per folder, from the start
+        snaps = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(run_dir, 'snapshots', 'ckpt_*.pt'))
+                       if (m := re.fullmatch(r'ckpt_(\d+)\.pt', os.path.basename(p))))
+        snaps = snaps[::-s.snapshot_every][::-1]
+        final = os.path.join(run_dir, 'ckpt.pt')
+        final_step = load_pretrained(final, s.max_seq_len)[2] if os.path.isfile(final) else -1
+        if final_step > (snaps[-1][0] if snaps else -1):
+            snaps.append((final_step, final))
+        if not snaps:
+            raise SystemExit(f"finetune_glue: no snapshots/ckpt_*.pt and no ckpt.pt in {run_dir!r}")
+        records = []
+        for step, path in snaps:
+            g = table3(path, os.path.join(s.out_dir, f"step_{step:07d}"), s)
+            records.append({'step': step, 'checkpoint': path, 'score': g['glue'].get('mean'),
+                            'std': g['glue'].get('std'), 'complete': g['glue']['complete'],
+                            'numbers': {n: v['mean'] for n, v in g['numbers'].items()}})
+        target = 0.95 * records[-1]['score']
+        step_95 = next((r['step'] for r in records if r['score'] >= target), None)
+        write_json(os.path.join(s.out_dir, 'benchmark.json'), {'records': records, 'final_score': records[-1]['score'],
+                                                               'target_95': target, 'step_95': step_95,
+                                                               'tasks': s.task_list})
     print('| step | score |\n|---|---|\n' + '\n'.join(f"| {r['step']} | {r['score']:.2f} ({r['std']:.2f}) |"
                                                    for r in records))
     print(f"first step at 95% of the final score ({target:.2f}): {step_95}")
 
 
-if __name__ == '__main__':  # a script; the tests import its functions
-    configure(globals())
-    task_list = list(TASKS)[:8] if tasks == 'all' else tasks.split(',')
-    if any(t not in TASKS for t in task_list):
-        raise SystemExit(f"finetune_glue: tasks must be 'all' or a comma list of {','.join(TASKS)}; got {tasks!r}")
-    if not re.fullmatch(r'\d+(,\d+)*', seeds):
-        raise SystemExit(f"finetune_glue: seeds must be a comma list of integers, got {seeds!r}")
-    seed_list = [int(s) for s in seeds.split(',')]
-    missing = [p for t in task_list for p in tsv_files(t, data_dir).values() if data_dir and not os.path.isfile(p)]
+def settings(config):
+    """This script's settings checked, with the task and seed lists, the device and the precision set up."""
+    s = SimpleNamespace(**config)
+    s.task_list = list(TASKS)[:8] if s.tasks == 'all' else s.tasks.split(',')
+    check('finetune_glue',
+          (all(t in TASKS for t in s.task_list), f"tasks must be 'all' or a comma list of {','.join(TASKS)}; got "
+                                                 f"{s.tasks!r}"),
+          (re.fullmatch(r'\d+(,\d+)*', s.seeds), f"seeds must be a comma list of integers, got {s.seeds!r}"),
+          (min(s.epochs, s.batch_size, s.max_seq_len, s.eval_batch_size, s.snapshot_every) >= 1 and s.learning_rate > 0
+           and 0 <= s.warmup_ratio <= 1 and s.weight_decay >= 0 and s.grad_clip >= 0,
+           "epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be >= 1, learning_rate > 0, "
+           "warmup_ratio in [0, 1], weight_decay and grad_clip >= 0"),
+          (s.benchmark or s.init_from, "set --init_from=<checkpoint> or --benchmark=<train.py out_dir>"))
+    s.seed_list = [int(x) for x in s.seeds.split(',')]
+    missing = [p for t in s.task_list for p in tsv_files(t, s.data_dir).values() if s.data_dir and not os.path.isfile(p)]
     if missing:  # now, not hours into the run
         raise SystemExit(f"finetune_glue: missing GLUE files: {', '.join(missing)} (pick tasks with --tasks=...)")
-    if min(epochs, batch_size, max_seq_len, eval_batch_size, snapshot_every) < 1 or not learning_rate > 0 or \
-            not 0 <= warmup_ratio <= 1 or weight_decay < 0 or grad_clip < 0:
-        raise SystemExit("finetune_glue: epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be "
-                         ">= 1, learning_rate > 0, warmup_ratio in [0, 1], weight_decay and grad_clip >= 0")
-    device_type = check_device(device)
-    dtype, why = resolve_dtype(dtype, device_type)
-    print(f"finetune_glue: {device}, {dtype} ({why})", flush=True)
-    ctx = autocast(device_type, dtype)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    if benchmark:
-        lock_dir(out_dir, 'finetune_glue.py --benchmark')
-        run_benchmark()
-    elif init_from:
-        run_glue(init_from, out_dir)
-    else:
-        raise SystemExit("finetune_glue: set --init_from=<checkpoint> or --benchmark=<train.py out_dir>")
+    s.device_type, s.dtype, why, s.ctx = set_up(s.device, s.dtype)
+    print(f"finetune_glue: {s.device}, {s.dtype} ({why})", flush=True)
+    return s
+
+
+if __name__ == '__main__':  # a script; the tests import its functions
+    s = settings(configure(globals()))
+    run_benchmark(s.benchmark, s) if s.benchmark else table3(s.init_from, s.out_dir, s)

@@ -276,7 +276,7 @@ class Bert(nn.Module):
     def forward(self, idx, targets=None, pos=None, attention_mask=None, token_type_ids=None):
         """targets: (B, T) token ids, -100 where nothing is predicted. With targets the head runs only at the
         predicted positions and logits has one row per computed position: at pos (flat indices into B*T, as
-        common.mask_tokens returns them: a fixed number, so that shapes stay static under torch.compile; a
+        dataloader.mask_tokens returns them: a fixed number, so that shapes stay static under torch.compile; a
         position there whose target is -100 does not count), else at every position with a target."""
         if targets is None:
             return self.head(self.encoder(idx, attention_mask, token_type_ids)), None
@@ -294,7 +294,7 @@ class Bert(nn.Module):
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
                   {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        fused = device_type in ("cuda", "cpu")  # one kernel for all parameters (~6x faster step on 2 CPU cores)
+        fused = device_type in ("cuda", "cpu")  # one kernel for all parameters instead of a loop over them
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps, fused=fused)
 
     def flops_per_token(self, T, pred_frac):
@@ -334,6 +334,8 @@ class BertClassifier(nn.Module):
         enc = {k[len("encoder."):]: v for k, v in mlm_state_dict.items() if k.startswith("encoder.")}
         model.encoder.load_state_dict(enc)  # strict: a mismatch is an error, not a silent partial load
         return model
+
+    configure_optimizers = Bert.configure_optimizers  # the same AdamW, no weight decay on biases and LayerNorms
 
     def forward(self, idx, labels=None, attention_mask=None, token_type_ids=None):
         cls_rows = torch.arange(idx.size(0), device=idx.device) * idx.size(1)  # the first token of each row

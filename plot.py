@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from common import first_step_below, read_evals
+from rundir import first_step_below, read_evals
 
 # -----------------------------------------------------------------------------
 runs = ""  # comma list of train.py out_dirs (each with log.jsonl)

@@ -32,7 +32,8 @@ import numpy as np
 from tqdm import tqdm
 
 import tokenizer
-from common import lock_dir, oneline, read_json, unlock_dir
+from configurator import oneline
+from rundir import locked, read_json
 
 # -----------------------------------------------------------------------------
 source = 'builtin'   # 'builtin' | 'gcide' | 'oscar' | 'files' | 'hf:<dataset>' (any Hugging Face text dataset)
@@ -252,12 +253,9 @@ def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, te
     request = {"source": source, "files": files, "block_size": block_size, "max_docs": max_docs,
                "val_docs": val_docs, "text_field": text_field, "hf_config": hf_config}
     enc, special = tokenizer.get_tokenizer()  # fails here, in one line, if the GPT-2 files are missing
-    lock_dir(out_dir, "prepare_oscar.py")  # one writer at a time; a finished dataset is never half-replaced
-    try:
+    with locked(out_dir, "prepare_oscar.py"):  # one writer at a time; a finished dataset is never half-replaced
         return write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs, val_docs, text_field,
                              overwrite)
-    finally:
-        unlock_dir(out_dir)
 
 
 def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs, val_docs, text_field, overwrite):

@@ -27,13 +27,14 @@ import numpy as np
 import torch
 
 import plot
-from common import (MACHINE_KEYS, atomic_write, first_step_below, load_checkpoint, load_dataset, lock_dir, read_evals,
-                    unlock_dir, write_json)
 from configurator import check, configure, read_file
+from dataloader import load_dataset
+from rundir import (MACHINE_KEYS, atomic_write, first_step_below, load_checkpoint, lock_dir, locked, read_evals,
+                    run_changes, write_json)
 
 # -----------------------------------------------------------------------------
 base = 'config/study.py'  # the train.py config every arm starts from
-arms = 'original,pairwise,pairwise_small_s,symmetric,original_scaled,pairwise_frozen_s,original_sym_init'  # of ARMS
+arms = ''  # '' = every arm of ARMS (below), in its order; or a comma list of them
 seeds = ''  # '' = each arm's own count of paired seeds (ARMS) from first_seed on; a comma list = these, every arm
 first_seed = 2  # seed 1 made the pilot runs that fixed the criterion and the cap (README): not part of the results
 drop = 0.7  # the criterion: first eval step with loss <= U - drop (U: the unigram predictor's eval loss)
@@ -59,7 +60,6 @@ ARMS = {  # name: (legend label, train.py overrides of the base config, paired s
     'original_sym_init': ('original, key = query at init', ['--attention_type=original', '--symmetric_init=True'], 3),
 }
 RUN_KEYS_IGNORED = tuple(k for k in MACHINE_KEYS if k != 'dtype')  # where a run ran; its precision counts
-LENGTH_KEYS = ('max_iters', 'target_loss', 'min_iters')  # how long a run went: a record can be extended
 
 
 # ----------------------------------------------------------------------------- statistics (numpy only)
@@ -154,10 +154,9 @@ def write_record(path, run, command, u):
 
 
 def differ(have, cmd):
-    """The settings (other than where the run ran, and its length) in which a run differs from what cmd asks."""
-    want = configure(dict(have), argv=cmd)
-    return [f"{k} {have[k]!r} -> {v!r}" for k, v in want.items()
-            if k not in RUN_KEYS_IGNORED + LENGTH_KEYS and v != have[k]]
+    """What makes the run made with the settings `have` another run than the train.py command cmd asks for (not
+    where it ran, nor how far: see rundir.run_changes)."""
+    return run_changes(have, configure(dict(have), argv=cmd), ignore=RUN_KEYS_IGNORED)
 
 
 def stop_level(u):
@@ -166,14 +165,15 @@ def stop_level(u):
     return u - max([drop] + [float(x) for x in sweep.split(',') if x])
 
 
-def is_finished(evals, u, cap):
+def record_complete(evals, u, cap):
+    """The record has all the study needs: the run reached the cap, or met the deepest criterion and min_steps."""
     last = evals[-1]['step']
     return last >= cap or (first_step_below(evals, stop_level(u)) is not None and last >= min_steps)
 
 
 # ----------------------------------------------------------------------------- the study
 def plan_runs():
-    arm_list = arms.split(',')
+    arm_list = arms.split(',') if arms else list(ARMS)
     check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
           (all(s.isdigit() for s in seeds.split(',')) if seeds else True, f"seeds must be a comma list of integers"),
           (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"))
@@ -194,7 +194,7 @@ def run_all(plan, u, cap):
         if changed:
             raise SystemExit(f"study: {records}/{arm}_s{sd}.jsonl is a run of other settings ({', '.join(changed)}): "
                              "move it away or use another --records")
-        if rec and is_finished(rec[1], u, cap):
+        if rec and record_complete(rec[1], u, cap):
             continue
         ckpt = os.path.join(run, 'ckpt.pt')
         resume = os.path.exists(ckpt) and not differ(load_checkpoint(ckpt, resume=True)['config'], cmd)
@@ -210,8 +210,8 @@ def run_all(plan, u, cap):
         while todo or running:
             while todo and len(running) < jobs:
                 arm, sd, cmd, run = todo.pop(0)
-                lock_dir(run, 'study.py')  # another study or train.py there: one line, nothing started
-                unlock_dir(run)
+                with locked(run, 'study.py'):  # another study or train.py there: one line, nothing started
+                    pass
                 with open(os.path.join(run, 'train.txt'), 'a') as f:
                     p = subprocess.Popen([sys.executable, 'train.py', *cmd], stdout=f, stderr=subprocess.STDOUT, env=env)
                 running[run] = (p, arm, sd, cmd, time.time())
@@ -239,7 +239,7 @@ def run_all(plan, u, cap):
         raise
 
 
-def summarize(runs, u, cap):
+def censored_summary(runs, u, cap):
     """runs: {arm: {seed: evals}} -> the summary: per arm the runs that met the criterion, the Kaplan-Meier median
     and restricted mean steps, the eval loss at min_steps; paired with the original by seed: loss differences with
     a bootstrap interval and ratios of steps (bounds where censored); the same medians for every drop of the sweep."""
@@ -261,15 +261,15 @@ def summarize(runs, u, cap):
             f'loss_at_{min_steps}': {'mean': float(np.mean(losses)), 'sd': float(np.std(losses, ddof=1)) if len(rs) > 1
                                      else None, 'per_seed': dict(zip(rs, losses))} if None not in losses else None}
     for arm, rs in runs.items():
-        common = sorted((s for s in set(rs) & set(runs.get('original', {})) if loss_at(rs[s], min_steps) is not None
+        both = sorted((s for s in set(rs) & set(runs.get('original', {})) if loss_at(rs[s], min_steps) is not None
                          and loss_at(runs['original'][s], min_steps) is not None), key=int)
-        if arm == 'original' or not common:
+        if arm == 'original' or not both:
             continue
-        diff = [loss_at(rs[s], min_steps) - loss_at(runs['original'][s], min_steps) for s in common]
+        diff = [loss_at(rs[s], min_steps) - loss_at(runs['original'][s], min_steps) for s in both]
         out['paired_with_original'][arm] = {
-            'seeds': common, f'loss_diff_at_{min_steps}': float(np.mean(diff)), 'ci95': bootstrap_ci(diff),
+            'seeds': both, f'loss_diff_at_{min_steps}': float(np.mean(diff)), 'ci95': bootstrap_ci(diff),
             'ratio_original_over_arm': {s: paired_ratio(first_step_below(runs['original'][s], level),
-                                                        first_step_below(rs[s], level), cap) for s in common}}
+                                                        first_step_below(rs[s], level), cap) for s in both}}
     for d in (float(x) for x in sweep.split(',') if x):
         out['sweep'][f"{d:g}"] = {
             arm: {'km_median': km_median(kaplan_meier(*zip(*[times(e, u - d) for e in rs.values()]))),
@@ -297,50 +297,63 @@ def fmt_steps(a, cap):
     return str(a['km_median']) if a['km_median'] is not None else f"> {cap}"
 
 
-def main():
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the runs save, then stop too
-    plan = plan_runs()
-    base_cfg = read_file(base)  # the base config's own settings (max_iters: the cap)
+def base_settings():
+    """The base config's own settings, checked, and the cap (its max_iters)."""
+    base_cfg = read_file(base)
     need = ('dataset', 'max_iters', 'block_size', 'batch_size', 'eval_iters', 'eval_interval')
     check('study', (set(need) <= set(base_cfg), f"{base} must set {', '.join(need)}"))
     cap = base_cfg['max_iters']
     check('study', (cap >= min_steps and min_steps % base_cfg['eval_interval'] == 0,
-                    f"min_steps must be a multiple of eval_interval ({base_cfg['eval_interval']}) and <= max_iters ({cap})"))
-    data_dir = base_cfg['dataset'] if os.sep in base_cfg['dataset'] else os.path.join('data', base_cfg['dataset'])
-    recs = {(arm, sd): read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")) for arm, sd, _ in plan}
+                    f"min_steps must be a multiple of eval_interval ({base_cfg['eval_interval']}) and <= max_iters "
+                    f"({cap})"))
+    return base_cfg, cap
+
+
+def read_records(plan):
+    return {(arm, sd): read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")) for arm, sd, _ in plan}
+
+
+def unigram_level(recs, base_cfg):
+    """U: from the data when the study trains (checked against the records' own), else from the records (a fresh
+    clone has no data/)."""
     us = {round(r[0]['unigram_loss'], 6) for r in recs.values() if r}
     check('study', (len(us) <= 1, f"the records in {records}/ were made on different data (U = {sorted(us)})"))
     check('study', (train or us, f"no finished run recorded in {records}/: run the study with --train=True"))
-    if train:  # U from the data; without training, the records' own (a fresh clone has no data/)
-        u = unigram_loss(data_dir, base_cfg['block_size'], base_cfg['batch_size'], base_cfg['eval_iters'])
-        check('study', (not us or abs(us.pop() - u) < 1e-4, f"{data_dir} is not the data the records in {records}/ "
-                                                            f"were made on (another U): prepare it again or move them"))
-    else:
-        u = next(r[0]['unigram_loss'] for r in recs.values() if r)
-    level = u - drop
-    if train:
-        lock_dir(out_dir, 'study.py')  # one study per folder (each train.py run also holds its own)
-        run_all(plan, u, cap)
-        recs = {(arm, sd): read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")) for arm, sd, _ in plan}
-    runs, missing = {}, []
+    if not train:
+        return next(r[0]['unigram_loss'] for r in recs.values() if r)
+    data_dir = base_cfg['dataset'] if os.sep in base_cfg['dataset'] else os.path.join('data', base_cfg['dataset'])
+    u = unigram_loss(data_dir, base_cfg['block_size'], base_cfg['batch_size'], base_cfg['eval_iters'])
+    check('study', (not us or abs(us.pop() - u) < 1e-4, f"{data_dir} is not the data the records in {records}/ "
+                                                        f"were made on (another U): prepare it again or move them"))
+    return u
+
+
+def finished_runs(plan, recs, u, cap):
+    """({arm: {seed: evals}} of the finished runs that match the plan, the names of the others, the shared settings)."""
+    runs, missing, shared = {}, [], {}
     for arm, sd, cmd in plan:
         rec = recs[(arm, sd)]
-        if rec and not differ(rec[0]['config'], cmd) and is_finished(rec[1], u, cap):
+        if rec and not differ(rec[0]['config'], cmd) and record_complete(rec[1], u, cap):
             runs.setdefault(arm, {})[sd], shared = rec[1], rec[0]['config']
         else:
             missing.append(f"{arm}_s{sd}")
     print(f"study: {sum(map(len, runs.values()))} runs recorded" + (f"; not yet run: {', '.join(missing)}" if missing
                                                                       else ", every run of the plan"))
     check('study', (runs, f"no finished run recorded in {records}/: run the study with --train=True"))
-    s = summarize(runs, u, cap)
+    return runs, missing, shared
+
+
+def report(runs, missing, shared, u, cap):
+    """The summary's tables (Markdown, printed), assets/study.json and the figures."""
+    s, level = censored_summary(runs, u, cap), u - drop
     print(f"\ncriterion: eval loss <= U - {drop:g} = {level:.4f} (U = {u:.4f}, the unigram predictor's eval loss); "
           f"cap {cap} steps\n\n| arm | seeds | met the criterion | median steps (Kaplan-Meier) | restricted mean steps "
           f"| eval loss at {min_steps}: mean (sd) |\n|---|---|---|---|---|---|")
     for arm, a in s['per_arm'].items():
         l = a[f'loss_at_{min_steps}']
-        print(f"| {ARMS[arm][0]} | {len(a['seeds'])} | {a['reached']} of {a['n']} | {fmt_steps(a, cap)} | {a['rmst']:.0f} | "
-              + (f"{l['mean']:.3f} ({l['sd']:.3f}) |" if l and l['sd'] is not None else f"{l['mean']:.3f} |" if l else "- |"))
+        loss = f"{l['mean']:.3f}" + (f" ({l['sd']:.3f})" if l['sd'] is not None else "") if l else "-"
+        print(f"| {ARMS[arm][0]} | {len(a['seeds'])} | {a['reached']} of {a['n']} | {fmt_steps(a, cap)} "
+              f"| {a['rmst']:.0f} | {loss} |")
     print(f"\n| arm - original, paired by seed | seeds | eval loss at {min_steps}: mean difference [95% bootstrap] "
           f"| steps to criterion, original / arm, per seed |\n|---|---|---|---|")
     for arm, p in s['paired_with_original'].items():
@@ -352,17 +365,30 @@ def main():
         print(f"| {d} | " + " | ".join(f"{fmt_steps(r, cap)} ({r['reached']}/{r['n']})" for r in row.values())
               + " |")
     if summary:
+        overridden = {o.split('=')[0] for _, overrides, _ in ARMS.values() for o in overrides}
         write_json(summary, {
             'criterion': f"first eval step with eval loss <= U - {drop:g}, U = {u:.5f} (unigram predictor); cap {cap}",
             'unigram_loss': u, 'level': level, 'drop': drop, 'cap': cap, 'min_steps': min_steps, 'base_config': base,
-            'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + LENGTH_KEYS + ('seed',)
-                         and f'--{k}' not in {o.split('=')[0] for _, overrides, _ in ARMS.values() for o in overrides}},
+            'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + ('max_iters', 'target_loss',
+                         'min_iters', 'seed') and f'--{k}' not in overridden},
             'arms': {a: {'label': ARMS[a][0], 'overrides': ARMS[a][1]} for a in runs}, 'missing': missing, **s})
         print(f"wrote {summary}")
     if figures:
         paths = [os.path.join(records, f"{a}_s{sd}.jsonl") for a in runs for sd in runs[a]]
         plot.main(','.join(paths), '', ','.join(ARMS[a][0] for a in runs for _ in runs[a]), level, figures)
         survival_figure(s['per_arm'], cap, f"{figures}_survival")
+
+
+def main():
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the runs save, then stop too
+    plan = plan_runs()
+    base_cfg, cap = base_settings()
+    u = unigram_level(read_records(plan), base_cfg)
+    if train:
+        lock_dir(out_dir, 'study.py')  # one study per folder (each train.py run also holds its own)
+        run_all(plan, u, cap)
+    report(*finished_runs(plan, read_records(plan), u, cap), u, cap)
 
 
 if __name__ == '__main__':

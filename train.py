@@ -8,11 +8,10 @@ Masked-LM pre-training of BERT with the original, symmetric or pairwise attentio
     python train.py --help                                    # every setting, with its default
 
 The defaults below are the paper's bert-base run. Data: data/<dataset>/{train,val}.bin + meta.json from
-prepare_oscar.py. Masking is done here, per micro-batch, from (seed, micro-batch index) alone, so a run is
+prepare_oscar.py. Each micro-batch is drawn and masked from (seed, micro-batch index) alone (dataloader.py), so a run is
 reproducible and resumable to the bit and does not depend on the number of processes. A run stopped by
 SIGTERM/SIGINT saves first, then exits with 128 + the signal number; any other failure exits 1.
 """
-import json
 import math
 import os
 import signal
@@ -20,7 +19,7 @@ import sys
 import time
 
 
-def _interrupted(signum, frame):  # until the training loop takes over: a signal during start-up is one line
+def _interrupted(signum, frame):  # until the loop takes over: a Ctrl-C while torch loads is one line
     print(f"train: interrupted by signal {signum} before training started", file=sys.stderr)
     raise SystemExit(128 + signum)
 
@@ -28,15 +27,17 @@ def _interrupted(signum, frame):  # until the training loop takes over: a signal
 signal.signal(signal.SIGINT, _interrupted)
 signal.signal(signal.SIGTERM, _interrupted)
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
 
-from common import (all_finite, atomic_write, autocast, check_device, compile_model, gpu_peak_flops,  # noqa: E402
-                    MACHINE_KEYS, linear_schedule, load_checkpoint, load_dataset, lock_dir, mask_tokens, optimizer_step,
-                    remove_stale_temporaries, resolve_dtype, save_checkpoint)
-from configurator import check, configure  # noqa: E402
-from model import Bert, BertConfig, diagnostics  # noqa: E402
+from configurator import check, configure
+from dataloader import eval_batches, load_dataset, n_masked, train_batch
+from engine import (compile_model, gpu_peak_flops, linear_schedule, one_line_out_of_memory, optimizer_step, set_up,
+                    set_up_processes)
+from model import Bert, BertConfig, diagnostics
+from rundir import all_finite, lock_dir, open_log, open_run, remove_stale_temporaries, save_checkpoint
 
 # -----------------------------------------------------------------------------
 out_dir = "out"  # checkpoints and log.jsonl go here
@@ -83,8 +84,6 @@ peak_flops = 0.0  # device peak for the MFU estimate; 0 = guess from the GPU nam
 # -----------------------------------------------------------------------------
 given = set()  # the keys set by config files or --key=value
 config = configure(globals(), given=given)
-MODEL_KEYS = ("n_layer", "n_head", "n_embd", "n_inner", "block_size", "dropout", "attention_type",
-              "hybrid_pattern", "sub_ln", "s_init_std", "symmetric_init", "score_scale", "freeze_s")
 check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch' or 'resume', got {init_from!r}"),
       (min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, max_iters) >= 1,
        "batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval and max_iters must be >= 1"),
@@ -94,106 +93,58 @@ check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch
        "learning_rate and eps must be > 0, weight_decay and grad_clip >= 0, beta1 and beta2 in [0, 1)"),
       (warmup_iters >= 0 and checkpoint_interval >= 0, "warmup_iters and checkpoint_interval must be >= 0"),
       (min(n_layer, n_head, n_embd, n_inner, block_size) >= 1, "n_layer, n_head, n_embd, n_inner, block_size must be >= 1"))
-sys.excepthook = lambda kind, value, tb: print(  # too big a batch for the GPU: one line, not a traceback
-    f"train: out of GPU memory at batch_size {batch_size}: lower it and raise gradient_accumulation_steps (the "
-    "global batch stays the same)", file=sys.stderr) if issubclass(kind, torch.OutOfMemoryError) else \
-    sys.__excepthook__(kind, value, tb)
+one_line_out_of_memory(f"train: out of GPU memory at batch_size {batch_size}: lower it and raise "
+                       "gradient_accumulation_steps (the global batch stays the same)")
+
+# ---- the run: a new one, or the one in out_dir resumed with its own settings (rundir.open_run) ----
 out_dir = os.path.abspath(out_dir)
 ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
 if int(os.environ.get("RANK", 0)) == 0:  # held by this run before anything in it is read
     lock_dir(out_dir, f"train.py {' '.join(sys.argv[1:])}"[:200])
     remove_stale_temporaries(out_dir)  # half-written checkpoints of killed runs: ours to remove now
-
-# ---- the state of a previous run: resumed with its own settings; another run is never touched ----
-ckpt = load_checkpoint(ckpt_path, resume=True) if init_from == "resume" else None
-if ckpt is not None:  # every setting not given now comes from the run itself
-    inherited = {k: v for k, v in ckpt["config"].items() if k in config and k not in given and k not in MACHINE_KEYS}
-    config.update(inherited)
-    globals().update(inherited)
-    changed = [f"{k} {ckpt['config'][k]!r} -> {config[k]!r}" for k in sorted(given - set(MACHINE_KEYS))
-               if k in ckpt["config"] and ckpt["config"][k] != config[k]
-               and k not in ("target_loss", "min_iters")  # they decide where a run ends, not what it does
-               and not (k == "max_iters" and not decay_lr)]  # constant lr: extending is exact
-    model_args = ckpt["model_args"]  # the checkpoint decides the architecture; a contradiction is an error
-    clash = [f"{k} {config[k]!r} (checkpoint: {model_args.get(k)!r})" for k in MODEL_KEYS
-             if k in given and config[k] != model_args.get(k, BertConfig.__dataclass_fields__[k].default)]
-    if clash:
-        raise SystemExit(f"train: resuming {ckpt_path}, but the settings ask for another model: {', '.join(clash)}. "
-                         "Drop them to resume, or start a new out_dir")
-else:
-    snapshots = os.path.join(out_dir, "snapshots")
-    found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
-    found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
-    if "ckpt.pt" in found:  # the same finished run again (a re-run quick start) is nothing to do
-        try:
-            old = load_checkpoint(ckpt_path, resume=True)
-        except SystemExit:  # not even readable: certainly not this run (refused below, nothing touched)
-            old = {"config": {}, "iter_num": -1}
-        same = lambda c: {k: v for k, v in c.items() if k not in MACHINE_KEYS}
-        if same(old["config"]) == same(config) and old["iter_num"] >= max_iters:
-            print(f"{out_dir} already holds this run, finished at step {old['iter_num']}: nothing to do. To train "
-                  "it further: a higher --max_iters with --init_from=resume; a new run: another --out_dir")
-            sys.exit(0)
-    if found:
-        raise SystemExit(f"train: {out_dir} holds another run ({', '.join(found)}): continue it with "
-                         "--init_from=resume, or choose another out_dir (nothing is overwritten)")
-    try:
-        model_args = vars(BertConfig(**{k: config[k] for k in MODEL_KEYS}))
-    except ValueError as e:
-        raise SystemExit(f"train: {e}")
+ckpt, model_args, changed = open_run(out_dir, config, given)
+globals().update({k: v for k, v in config.items() if k != "out_dir"})  # a resumed run's own settings
 
 # ---- processes and devices ----
-ddp = int(os.environ.get("RANK", -1)) != -1  # launched by torchrun
-if ddp:
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-    if device.startswith("cuda"):
-        device = f"cuda:{local_rank}"
-    if gradient_accumulation_steps % world:
-        raise SystemExit(f"train: gradient_accumulation_steps ({gradient_accumulation_steps}) must be a multiple of "
-                         f"the number of processes ({world})")
-    dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
-    flag_group = dist.new_group(backend="gloo")  # a CPU side channel: the stop flag costs no GPU sync
-else:
-    rank, world = 0, 1
-master = rank == 0
-accum = gradient_accumulation_steps // world  # micro-steps per process and optimizer step
-device_type = check_device(device)
-if device_type == "cuda":
-    torch.cuda.set_device(torch.device(device).index or 0)  # RNG states and device name are this GPU's
-if ckpt is not None and "dtype" not in given and (ckpt["config"].get("dtype") != "float16" or device_type == "cuda"):
-    dtype = ckpt["config"].get("dtype", dtype)  # a resume keeps its run's precision (fp16: on a GPU only)
-dtype, dtype_why = resolve_dtype(dtype, device_type)  # from the device in use, never from what is installed
+ddp, rank, local_rank, world, device, flag_group = set_up_processes(device, gradient_accumulation_steps)
+master, accum = rank == 0, gradient_accumulation_steps // world  # accum: micro-steps per process and step
+device_type, dtype, dtype_why, ctx = set_up(device, dtype)
 config["dtype"] = dtype
-ctx = autocast(device_type, dtype)
-torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
 
 # ---- the model's data ----
 block_size = model_args["block_size"]
-n_mask = round(mask_prob * block_size)
-if n_mask < 1:
+n_pred = n_masked(mask_prob, block_size)  # positions predicted per sequence
+if n_pred < 1:
     raise SystemExit(f"train: mask_prob {mask_prob} x block_size {block_size} predicts no token: raise mask_prob")
-
 data_dir = dataset if os.sep in dataset else os.path.join("data", dataset)
 try:
     train_data, val_data, meta = load_dataset(data_dir, model_args["vocab_size"], block_size)
 except SystemExit as e:
     raise SystemExit(f"train: {e}")
-n_ordinary, mask_id = min(meta["special"].values()), meta["special"]["mask"]
 if len(train_data) < batch_size:
     raise SystemExit(f"train: {data_dir} has {len(train_data)} train blocks of {block_size}: prepare more data or use "
                      f"a batch_size <= {len(train_data)}")
+orders = {}  # the permutation of the train blocks of the current epochs
 
-if master:
-    os.makedirs(os.path.join(out_dir, "snapshots"), exist_ok=True)
 
+def get_batch(it, micro):
+    """Micro-batch `micro` (0..accum-1) of this process at step `it`: global micro-batch
+    it * gradient_accumulation_steps + micro * world + rank."""
+    m = it * gradient_accumulation_steps + micro * world + rank
+    batch = train_batch(train_data, m, batch_size, seed, mask_prob, meta["special"], orders)
+    if device_type == "cuda":
+        return [t.pin_memory().to(device, non_blocking=True) for t in batch]
+    return [t.to(device) for t in batch]
+
+
+evals = eval_batches(val_data, eval_iters, batch_size, mask_prob, meta["special"])  # each process takes every world-th
+
+# ---- the model, its optimizer and the state of a resumed run ----
 torch.manual_seed(seed + rank)
 raw_model = Bert(BertConfig(**model_args)).to(device)
 optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type)
 scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
-iter_num, last_eval, eval_loss = 0, -1, None  # last_eval: the step of the latest eval (a resume does not repeat it)
+iter_num, last_eval, eval_loss, rng = 0, -1, None, None  # last_eval: the latest eval's step (a resume skips it)
 if ckpt is not None:
     raw_model.load_state_dict(ckpt["model"])
     optimizer.load_state_dict(ckpt["optimizer"])
@@ -209,6 +160,7 @@ if ckpt is not None:
         if rng is None:
             print(f"resuming with {world} processes instead of {len(ckpt['rng'])}: dropout RNG re-seeded", flush=True)
 if master:
+    os.makedirs(os.path.join(out_dir, "snapshots"), exist_ok=True)
     n_params = sum(p.numel() for p in raw_model.parameters())
     print(f"{model_args['attention_type']} BERT, {n_params / 1e6:.2f}M parameters; {len(train_data):,} train / "
           f"{len(val_data):,} val blocks of {block_size}; {world} process(es) x {accum} micro-steps x {batch_size} = "
@@ -216,55 +168,6 @@ if master:
     if warmup_iters > max_iters:
         print(f"note: warmup_iters ({warmup_iters}) > max_iters ({max_iters}): the learning rate never reaches "
               f"{learning_rate:g}", flush=True)
-
-# ---- data: a fresh permutation of the train blocks each epoch, indexed by global micro-batch ----
-perm_cache = {}
-
-
-def get_batch(it, micro):
-    """Micro-batch `micro` (0..accum-1) of this process at step `it`: global micro-batch
-    m = it * gradient_accumulation_steps + micro * world + rank, masked from (seed, m)."""
-    m = it * gradient_accumulation_steps + micro * world + rank
-    epochs, offsets = np.divmod(np.arange(m * batch_size, (m + 1) * batch_size), len(train_data))
-    for e in np.unique(epochs):
-        if e not in perm_cache:
-            if len(perm_cache) >= 2:  # a batch spans at most two epochs
-                perm_cache.pop(min(perm_cache))
-            perm_cache[e] = np.random.default_rng([seed, e]).permutation(len(train_data))
-    idx = np.sort([perm_cache[e][o] for e, o in zip(epochs, offsets)])  # sorted: sequential memmap reads
-    x = torch.from_numpy(train_data[idx].astype(np.int64))
-    batch = mask_tokens(x, mask_prob, n_ordinary, mask_id, torch.Generator().manual_seed(seed * 1_000_003 + m))
-    if device_type == "cuda":
-        return [t.pin_memory().to(device, non_blocking=True) for t in batch]
-    return [t.to(device) for t in batch]
-
-
-# the eval set: the first eval_iters * batch_size val blocks (at most), masked once with a fixed seed, so eval
-# losses are comparable across steps, runs, seeds and operators; each process takes every world-th batch
-g = torch.Generator().manual_seed(0)
-eval_batches = [mask_tokens(torch.from_numpy(val_data[i:i + batch_size].astype(np.int64)), mask_prob, n_ordinary,
-                            mask_id, g) for i in range(0, min(eval_iters * batch_size, len(val_data)), batch_size)]
-
-
-@torch.no_grad()
-def evaluate():
-    """Eval loss and MLM accuracy over the eval set, and the plateau diagnostics of its first batch."""
-    raw_model.eval()
-    stats = torch.zeros(3, device=device, dtype=torch.float32 if device_type == "mps" else torch.float64)
-    for x, y, pos in eval_batches[rank::world]:
-        x, y, pos = x.to(device), y.to(device), pos.to(device)
-        with ctx:
-            logits, loss = (model.module if ddp else model)(x, y, pos)  # no DDP wrapper: no gradient sync
-        t = y.view(-1)[pos]
-        n = (t != -100).sum()
-        correct = ((logits.argmax(-1) == t) & (t != -100)).sum()
-        stats += torch.stack([loss.float() * n, correct.float(), n.float()]).to(stats.dtype)
-    if ddp:
-        dist.all_reduce(stats)
-    diag = diagnostics(raw_model.encoder, eval_batches[0][0].to(device))  # one batch, eager, float32
-    raw_model.train()
-    return (stats[0] / stats[2]).item(), (stats[1] / stats[2]).item(), diag
-
 
 # ---- compile (tried at once: a failing compiler is one line, then eager), the exact RNG state, DDP ----
 if compile:
@@ -274,44 +177,46 @@ if compile:
 else:
     model = raw_model
 torch.manual_seed(seed + rank)  # dropout: the same stream whether or not a compile trial drew from it
-if ckpt is not None and rng is not None:  # the RNG state of the interrupted run, for a bit-exact continuation
+if rng is not None:  # the RNG state of the interrupted run, for a bit-exact continuation
     torch.set_rng_state(rng["cpu"])
     if device_type == "cuda" and rng.get("cuda") is not None:
         torch.cuda.set_rng_state(rng["cuda"])
 del ckpt
+eval_model = model  # no DDP wrapper for evals: no gradient sync
 if ddp:
     model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
 
 
-# ---- records: a JSON-lines log (kept up to the resumed step) and optional wandb ----
+@torch.no_grad()
+def evaluate():
+    """Eval loss and MLM accuracy over the eval set, and the plateau diagnostics of its first batch."""
+    raw_model.eval()
+    stats = torch.zeros(3, device=device, dtype=torch.float32 if device_type == "mps" else torch.float64)
+    for x, y, pos in evals[rank::world]:
+        x, y, pos = x.to(device), y.to(device), pos.to(device)
+        with ctx:
+            logits, loss = eval_model(x, y, pos)
+        t = y.view(-1)[pos]
+        n, correct = (t != -100).sum(), ((logits.argmax(-1) == t) & (t != -100)).sum()
+        stats += torch.stack([loss.float() * n, correct.float(), n.float()]).to(stats.dtype)
+    if ddp:
+        dist.all_reduce(stats)
+    diag = diagnostics(raw_model.encoder, evals[0][0].to(device))  # one batch, eager, float32
+    raw_model.train()
+    return (stats[0] / stats[2]).item(), (stats[1] / stats[2]).item(), diag
+
+
+# ---- records: log.jsonl (cut back to the resumed step) and optional wandb ----
 if master:
-    kept = []
-    if init_from == "resume" and os.path.exists(log_path):
-        with open(log_path) as f:
-            for line in f:
-                try:
-                    if json.loads(line)["step"] <= iter_num:
-                        kept.append(line)
-                except (ValueError, KeyError, TypeError):  # e.g. a line half-written when the run was killed
-                    pass
-        atomic_write(log_path, lambda f: f.writelines(kept), mode="w")
-    logf = open(log_path, "a")
+    also = None
     if wandb_log:
         try:
             import wandb
         except ImportError:
             raise SystemExit("train: wandb_log=True but wandb is not installed: pip install wandb")
         wandb.init(project=wandb_project, name=os.path.basename(out_dir), config=config)
-
-
-def log(record):
-    record["time"] = round(time.time(), 1)  # wall clock: how long a run took, across resumes
-    logf.write(json.dumps(record) + "\n")
-    logf.flush()
-    if wandb_log:
-        wandb.log(record, step=record["step"])
-
-
+        also = lambda record: wandb.log(record, step=record["step"])
+    log = open_log(log_path, iter_num if init_from == "resume" else None, also)
 last_good = ckpt_path if init_from == "resume" else None
 
 
@@ -390,12 +295,11 @@ while True:
     iter_num += 1
     bar.update(1)
 
-    if ddp:  # stop together as soon as any process was signalled (on CPU: no GPU sync)
-        flag = torch.tensor([max(stop_signal, default=0)])
+    stopping = max(stop_signal, default=0)
+    if ddp:  # stop together as soon as any process was signalled (through a CPU side channel: no GPU sync)
+        flag = torch.tensor([stopping])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=flag_group)
         stopping = int(flag.item())
-    else:
-        stopping = max(stop_signal, default=0)
     if iter_num % log_interval == 0:  # the only host syncs of a step happen here
         if ddp:  # the mean loss over all processes
             dist.all_reduce(train_loss)
@@ -409,7 +313,7 @@ while True:
         t0, t0_iter = time.time(), iter_num
         record = {"type": "train", "step": iter_num, "loss": train_loss, "lr": lr, "tokens_per_s": tok_s}
         if peak:  # per GPU: the tokens of one process against one GPU's peak
-            record["mfu"] = raw_model.estimate_mfu(tok_s / world, block_size, n_mask / block_size, peak)
+            record["mfu"] = raw_model.estimate_mfu(tok_s / world, block_size, n_pred / block_size, peak)
         if master:
             log(record)
             stats = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("type", "step", "time"))
@@ -425,11 +329,11 @@ if stopping:
     sys.exit(128 + stopping)  # a scheduler can tell a pre-empted run from a finished one
 if master:
     rel = os.path.relpath(out_dir) if not os.path.relpath(out_dir).startswith("..") else out_dir
-    n_snap = len(os.listdir(os.path.join(out_dir, "snapshots")))
     print(f"done: step {iter_num}"
           + (f", eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}" if eval_acc is not None else "")
-          + (f" (at or below target_loss {target_loss})" if iter_num < max_iters else "")
-          + f". In {rel}/: ckpt.pt (the full state), log.jsonl (the curves), snapshots/ ({n_snap} model-only)."
+          + (f" (at or below target_loss {target_loss})" if iter_num < max_iters else "") + f". In {rel}/: ckpt.pt "
+          f"(the full state), log.jsonl (the curves), snapshots/ ({len(os.listdir(out_dir + '/snapshots'))} "
+          "model-only)."
           f"\nnext: python sample.py --init_from={rel}/ckpt.pt --text='The [MASK] sat on the mat.'"
           f"\n      python finetune_glue.py --init_from={rel}/ckpt.pt --data_dir=<GLUE folder> --tasks=sst2,stsb"
           f"\n      python plot.py --runs={rel}    |    python export_hf.py --init_from={rel}/ckpt.pt --out_dir=hf/"

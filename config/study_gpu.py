@@ -1,6 +1,6 @@
 # The study at bert-small scale on one GPU (README "The study", the GPU recipe): the paper's bert-small shape
-# (4 layers, 8 heads of d = 64, 512 hidden) on GCIDE (~33 MB of tokens: it travels with the repository to a GPU
-# machine without network), 256 x 128 tokens per step, constant lr after the warm-up as in config/study.py.
+# (4 layers, 8 heads of d = 64, 512 hidden) on GCIDE (33 MB of tokens, made offline by prepare_oscar.py), 256 x 128
+# tokens per step, constant lr after the warm-up as in config/study.py.
 # Not run yet: lr, the cap and the criterion's drop need pilot runs at this scale first.
 dataset = "gcide"
 n_layer, n_head, n_embd, n_inner = 4, 8, 512, 2048

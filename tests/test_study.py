@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import study
-from common import first_step_below, lock_dir, unlock_dir
+from rundir import first_step_below, lock_dir, unlock_dir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,7 +73,7 @@ def test_summary_on_hand_made_curves(monkeypatch):
     u = 5.0  # criterion: loss <= 4.5
     runs = {"original": {"1": evals([9, 5.0, 4.9, 4.5, 4.0]), "2": evals([9, 5.0, 4.9, 4.8, 4.7])},  # 75; censored 100
             "pairwise": {"1": evals([9, 5.0, 4.4]), "2": evals([9, 4.9, 4.5])}}  # 50, 50: stopped at min_steps
-    s = study.summarize(runs, u, 100)
+    s = study.censored_summary(runs, u, 100)
     o, p = s["per_arm"]["original"], s["per_arm"]["pairwise"]
     assert o["steps_to_criterion"] == {"1": 75, "2": None} and o["reached"] == 1 and o["n"] == 2
     assert o["km_median"] == 75 and o["rmst"] == pytest.approx(75 + 25 * 0.5)

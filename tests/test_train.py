@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-import common
+import dataloader
+import engine
+import rundir
 from model import Bert, BertConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,15 +36,15 @@ def read_log(out_dir, kind):
 
 # ---- schedule, masking, checkpoint files (no training) ---------------------------------------------
 def test_lr_schedule_key_points():
-    lr = lambda it: common.linear_schedule(it, 1e-4, 10_000, 200_000)
+    lr = lambda it: engine.linear_schedule(it, 1e-4, 10_000, 200_000)
     assert lr(0) == 0.0
     assert lr(5_000) == pytest.approx(5e-5)
     assert lr(10_000) == pytest.approx(1e-4)  # the peak, at the end of warm-up
     assert lr(105_000) == pytest.approx(5e-5)  # half way down the linear decay
     assert lr(200_000) == 0.0 and lr(250_000) == 0.0
-    assert common.linear_schedule(3, 1e-5, 0, 10) == pytest.approx(7e-6)  # no warm-up: decay from the start
-    assert common.linear_schedule(5, 1e-3, 10, 100, decay=False) == pytest.approx(5e-4)  # warm-up as before
-    assert common.linear_schedule(10, 1e-3, 10, 100, decay=False) == common.linear_schedule(
+    assert engine.linear_schedule(3, 1e-5, 0, 10) == pytest.approx(7e-6)  # no warm-up: decay from the start
+    assert engine.linear_schedule(5, 1e-3, 10, 100, decay=False) == pytest.approx(5e-4)  # warm-up as before
+    assert engine.linear_schedule(10, 1e-3, 10, 100, decay=False) == engine.linear_schedule(
         10**6, 1e-3, 10, 100, decay=False) == 1e-3  # then constant, past max_iters too
 
 
@@ -51,7 +53,7 @@ def test_masking_statistics_and_reproducibility():
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, n_ordinary, (512, 128), generator=g)
     x[:, 0], x[:, 60], x[:, -5:] = 1001, 1002, 1000  # [CLS], [SEP], trailing [PAD]
-    inputs, targets, pos = common.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(1))
+    inputs, targets, pos = dataloader.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(1))
     sel = targets != -100
     assert pos.shape == (512 * round(0.15 * 128),)  # a static count: the head's rows
     assert torch.equal(torch.sort(pos).values, sel.view(-1).nonzero().squeeze(1))  # exactly the selected positions
@@ -69,8 +71,8 @@ def test_masking_statistics_and_reproducibility():
     assert abs(kept.sum().item() / n - 0.1) < 0.011  # includes random draws that hit the same token
     assert (inputs[randomised] < n_ordinary).all()
     assert torch.equal(inputs[~sel], x[~sel])  # unselected positions are untouched
-    again = common.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(1))
-    other = common.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(2))
+    again = dataloader.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(1))
+    other = dataloader.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(2))
     assert torch.equal(again[0], inputs) and torch.equal(again[1], targets)
     assert not torch.equal(other[1], targets)
 
@@ -78,35 +80,35 @@ def test_masking_statistics_and_reproducibility():
 def test_masking_short_rows_select_only_real_tokens():
     x = torch.full((2, 40), 1000)  # mostly padding: fewer eligible tokens than the per-row count
     x[:, :3] = torch.tensor([5, 6, 7])
-    _, targets, pos = common.mask_tokens(x, 0.15, 1000, 1003, torch.Generator().manual_seed(0))
+    _, targets, pos = dataloader.mask_tokens(x, 0.15, 1000, 1003, torch.Generator().manual_seed(0))
     assert ((targets != -100).sum(1) == 3).all()
     assert pos.numel() == 2 * 6 and (targets.view(-1)[pos] != -100).sum() == 6  # 3 padding rows per sequence
 
 
 def test_atomic_write_survives_crash_and_full_disk(tmp_path):
     path = str(tmp_path / "ckpt.pt")
-    common.save_checkpoint({"iter_num": 1, "w": torch.ones(3)}, path)
+    rundir.save_checkpoint({"iter_num": 1, "w": torch.ones(3)}, path)
 
     class Boom:
         def __reduce__(self):
             raise RuntimeError("simulated crash while writing")
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        common.save_checkpoint({"iter_num": 2, "w": torch.zeros(1000), "x": Boom()}, path)
+        rundir.save_checkpoint({"iter_num": 2, "w": torch.zeros(1000), "x": Boom()}, path)
 
     def full_disk(f):
         f.write(b"partial")
         raise OSError(28, "No space left on device")
 
     with pytest.raises(SystemExit, match=r"cannot write .*ckpt.pt: No space left on device; it is unchanged"):
-        common.atomic_write(path, full_disk)
+        rundir.atomic_write(path, full_disk)
     assert torch.load(path, weights_only=True)["iter_num"] == 1  # the previous checkpoint is intact
     assert os.listdir(tmp_path) == ["ckpt.pt"]  # and no temporary file is left behind
 
 
 def test_a_full_disk_inside_torch_save_is_one_line_and_stale_temporaries_go(tmp_path, monkeypatch):
     path = str(tmp_path / "ckpt.pt")
-    common.save_checkpoint({"iter_num": 1}, path)
+    rundir.save_checkpoint({"iter_num": 1}, path)
 
     def full(obj, f):
         f.write(b"partial")
@@ -114,13 +116,13 @@ def test_a_full_disk_inside_torch_save_is_one_line_and_stale_temporaries_go(tmp_
                            "data/0: file write failed")
     monkeypatch.setattr(torch, "save", full)
     with pytest.raises(SystemExit, match=r"cannot write .*ckpt.pt: the write failed \(a full disk\?\)"):
-        common.save_checkpoint({"iter_num": 2}, path)
+        rundir.save_checkpoint({"iter_num": 2}, path)
     monkeypatch.undo()
     assert os.listdir(tmp_path) == ["ckpt.pt"] and torch.load(path, weights_only=True)["iter_num"] == 1
     (tmp_path / "snapshots").mkdir()
     for name in ("ckpt.pt.tmp.123", "snapshots/ckpt_0000010.pt.tmp.99", "notes.tmp.txt"):
         (tmp_path / name).write_bytes(b"x")
-    common.remove_stale_temporaries(str(tmp_path))
+    rundir.remove_stale_temporaries(str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "notes.tmp.txt", "snapshots"]
     assert os.listdir(tmp_path / "snapshots") == []
 
@@ -139,27 +141,27 @@ def test_checkpoint_loader_checks(tmp_path):
     for name, msg in (("garbage.pt", "not a readable checkpoint"), ("other.pt", "not a train.py checkpoint"),
                       ("nan.pt", "non-finite"), ("wrong.pt", "do not fit its model_args"), ("missing.pt", "no checkpoint")):
         with pytest.raises(SystemExit, match=msg):
-            common.load_checkpoint(str(tmp_path / name))
-    assert common.load_checkpoint(str(tmp_path / "snapshot.pt"))["iter_num"] == 5  # fine to fine-tune or export
+            rundir.load_checkpoint(str(tmp_path / name))
+    assert rundir.load_checkpoint(str(tmp_path / "snapshot.pt"))["iter_num"] == 5  # fine to fine-tune or export
     with pytest.raises(SystemExit, match="model-only snapshot: it cannot be resumed"):
-        common.load_checkpoint(str(tmp_path / "snapshot.pt"), resume=True)
+        rundir.load_checkpoint(str(tmp_path / "snapshot.pt"), resume=True)
 
 
 def test_dtype_follows_the_device(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
-    monkeypatch.setattr(common, "cpu_has_native_bf16", lambda: False)
-    assert common.resolve_dtype("auto", "cpu")[0] == "float32" and common.resolve_dtype("auto", "mps")[0] == "float32"
-    assert common.resolve_dtype("auto", "cuda")[0] == "float16"
-    assert common.resolve_dtype("bfloat16", "cpu") == ("bfloat16", "as asked")  # what the user asked for stands
-    monkeypatch.setattr(common, "cpu_has_native_bf16", lambda: True)
-    dtype, why = common.resolve_dtype("auto", "cpu")
+    monkeypatch.setattr(engine, "cpu_has_native_bf16", lambda: False)
+    assert engine.resolve_dtype("auto", "cpu")[0] == "float32" and engine.resolve_dtype("auto", "mps")[0] == "float32"
+    assert engine.resolve_dtype("auto", "cuda")[0] == "float16"
+    assert engine.resolve_dtype("bfloat16", "cpu") == ("bfloat16", "as asked")  # what the user asked for stands
+    monkeypatch.setattr(engine, "cpu_has_native_bf16", lambda: True)
+    dtype, why = engine.resolve_dtype("auto", "cpu")
     assert dtype == "bfloat16" and "natively" in why and "--dtype=float32" in why
-    assert common.resolve_dtype("auto", "mps")[0] == "float32" and common.resolve_dtype("float32", "cpu")[0] == "float32"
+    assert engine.resolve_dtype("auto", "mps")[0] == "float32" and engine.resolve_dtype("float32", "cpu")[0] == "float32"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
-    assert common.resolve_dtype("auto", "cuda")[0] == "bfloat16"
+    assert engine.resolve_dtype("auto", "cuda")[0] == "bfloat16"
     with pytest.raises(SystemExit, match="dtype must be"):
-        common.resolve_dtype("fp8", "cuda")
+        engine.resolve_dtype("fp8", "cuda")
 
 
 @pytest.mark.parametrize("flags,native", [("fpu sse avx512f avx512bw avx512_bf16 avx512_vnni", True),
@@ -168,11 +170,11 @@ def test_dtype_follows_the_device(monkeypatch, tmp_path):
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, flags, native):
     info = tmp_path / "cpuinfo"
     info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
-    assert common.cpu_has_native_bf16(str(info)) is native
+    assert engine.cpu_has_native_bf16(str(info)) is native
     arm = tmp_path / "arm"
     arm.write_text("processor\t: 0\nFeatures\t: fp asimd" + (" bf16 i8mm" if native else " asimddp") + "\n")
-    assert common.cpu_has_native_bf16(str(arm)) is native
-    assert common.cpu_has_native_bf16(str(tmp_path / "none")) is False  # not Linux: float32
+    assert engine.cpu_has_native_bf16(str(arm)) is native
+    assert engine.cpu_has_native_bf16(str(tmp_path / "none")) is False  # not Linux: float32
 
 
 # ---- end to end, on the built-in corpus ---------------------------------------------------------------
@@ -285,7 +287,7 @@ def test_a_diverged_model_is_never_saved(data_dir, tmp_path):
                   "--warmup_iters=0", "--max_iters=20", "--eval_interval=100", "--log_interval=100",
                   "--checkpoint_interval=6", check=False)
     one_line_error(p, f"the weights are not finite (NaN/inf) at step 6; nothing was saved. Last good checkpoint: {out}")
-    kept = common.load_checkpoint(os.path.join(out, "ckpt.pt"), resume=True)  # finite, unchanged
+    kept = rundir.load_checkpoint(os.path.join(out, "ckpt.pt"), resume=True)  # finite, unchanged
     assert kept["iter_num"] == 4 and all(torch.equal(kept["model"][k], v) for k, v in good["model"].items())
     assert os.listdir(os.path.join(out, "snapshots")) == []
 
@@ -313,7 +315,7 @@ def test_another_runs_files_are_never_touched(data_dir, tmp_path):
 
 def test_one_run_per_out_dir(data_dir, tmp_path):
     out = str(tmp_path / "run")
-    holder = subprocess.Popen([sys.executable, "-c", f"import common, time; common.lock_dir({out!r}, 'train.py "
+    holder = subprocess.Popen([sys.executable, "-c", f"import rundir, time; rundir.lock_dir({out!r}, 'train.py "
                                "config/x.py'); print('held', flush=True); time.sleep(60)"], cwd=ROOT,
                               stdout=subprocess.PIPE, text=True)
     try:

@@ -1,0 +1,91 @@
+"""
+The data a model sees in pre-training: a prepare_oscar.py dataset read and checked, the order of its blocks, and
+BERT's masking. A batch depends on (seed, micro-batch index) alone, so a run is reproducible and resumable to the
+bit whatever the number of processes.
+"""
+import os
+
+import numpy as np
+import torch
+
+from configurator import oneline
+from rundir import read_json
+
+
+def load_dataset(data_dir, vocab_size, block_size):
+    """(train, val, meta) of a prepare_oscar.py dataset: (N, block_size) uint16 memmaps, after checking every number
+    the run relies on (meta.json, the model's vocab_size unless None, the files' sizes) before any compute. Any
+    problem: one line."""
+    path = os.path.join(data_dir, "meta.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"no dataset in {data_dir}: make it with `python prepare_oscar.py --source=... "
+                         f"--out_dir={data_dir}` (the built-in corpus: `python prepare_oscar.py`)")
+    meta, rebuild = read_json(path, "dataset metadata"), "rebuild it with prepare_oscar.py ... --overwrite=True"
+    try:
+        meta["special"]["mask"], min(meta["special"].values())
+        if meta["vocab_size"] != (vocab_size or meta["vocab_size"]) or meta["block_size"] % block_size:
+            raise SystemExit(f"{data_dir} was made for vocab_size {meta['vocab_size']} and blocks of "
+                             f"{meta['block_size']}; the model has vocab_size {vocab_size} and block_size {block_size}, "
+                             "which must divide the dataset's block size")
+        data = []
+        for split in ("train", "val"):
+            file, want = os.path.join(data_dir, f"{split}.bin"), meta[f"{split}_blocks"] * meta["block_size"] * 2
+            size = os.path.getsize(file) if os.path.exists(file) else None
+            if meta.get("dtype", "uint16") != "uint16":
+                raise SystemExit(f"{path} says dtype {meta['dtype']!r}; train.py reads uint16 token ids: {rebuild}")
+            if size != want or want == 0:
+                raise SystemExit(f"{file} {'is missing' if size is None else f'has {size} bytes'}, meta.json says "
+                                 f"{want} bytes ({meta[f'{split}_blocks']} blocks of {meta['block_size']} uint16 "
+                                 f"tokens): the dataset is incomplete or corrupt; {rebuild}")
+            data.append(np.memmap(file, dtype=np.uint16, mode="r").reshape(-1, block_size))
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+        raise SystemExit(f"{path} is incomplete ({oneline(e)}); {rebuild}")
+    return data[0], data[1], meta
+
+
+def n_masked(mask_prob, block_size):
+    """Positions predicted per sequence: a fixed count (as in Cramming) keeps the shapes static for torch.compile."""
+    return round(mask_prob * block_size)
+
+
+def mask_tokens(x, mask_prob, n_ordinary, mask_id, generator):
+    """BERT masking of a (B, T) block of token ids. Selects n_masked(mask_prob, T) positions per row, uniformly
+    among ordinary tokens (ids < n_ordinary: special tokens and padding are never selected); of those 80%
+    become [MASK], 10% a random ordinary token, 10% stay. Returns (inputs, targets with -100 elsewhere, pos): pos
+    are the flat positions of the selected rows (B * n_masked of them, sorted; a row with fewer ordinary tokens
+    than that also lists unselected positions, whose target is -100)."""
+    B, T = x.shape
+    eligible = x < n_ordinary
+    scores = torch.rand(B, T, generator=generator).masked_fill_(~eligible, -1.0)
+    picked = scores.topk(n_masked(mask_prob, T), dim=1).indices.sort(dim=1).values
+    selected = torch.zeros_like(eligible).scatter_(1, picked, True) & eligible
+    u = torch.rand(B, T, generator=generator)
+    random_tokens = torch.randint(0, n_ordinary, (B, T), generator=generator)
+    inputs = torch.where(selected & (u < 0.8), mask_id, x)
+    inputs = torch.where(selected & (u >= 0.8) & (u < 0.9), random_tokens, inputs)
+    pos = (picked + T * torch.arange(B)[:, None]).reshape(-1)
+    return inputs, torch.where(selected, x, -100), pos
+
+
+def train_batch(blocks, m, batch_size, seed, mask_prob, special, orders):
+    """Global micro-batch m of a run: the next batch_size blocks of a fresh permutation of the train blocks each
+    epoch, masked from (seed, m). orders: a dict that caches the epochs' permutations between calls."""
+    epochs, offsets = np.divmod(np.arange(m * batch_size, (m + 1) * batch_size), len(blocks))
+    for e in np.unique(epochs):
+        if e not in orders:
+            if len(orders) >= 2:  # a batch spans at most two epochs
+                orders.pop(min(orders))
+            orders[e] = np.random.default_rng([seed, e]).permutation(len(blocks))
+    idx = np.sort([orders[e][o] for e, o in zip(epochs, offsets)])  # sorted: sequential memmap reads
+    x = torch.from_numpy(blocks[idx].astype(np.int64))
+    return mask_tokens(x, mask_prob, min(special.values()), special["mask"],
+                       torch.Generator().manual_seed(seed * 1_000_003 + m))
+
+
+def eval_batches(blocks, n_batches, batch_size, mask_prob, special):
+    """The eval set: the first n_batches * batch_size blocks (at most), masked once with a fixed seed, so that eval
+    losses are comparable across steps, runs, seeds and operators."""
+    g = torch.Generator().manual_seed(0)
+    return [mask_tokens(torch.from_numpy(blocks[i:i + batch_size].astype(np.int64)), mask_prob,
+                        min(special.values()), special["mask"], g)
+            for i in range(0, min(n_batches * batch_size, len(blocks)), batch_size)]

@@ -1,0 +1,94 @@
+"""Is this the same run? train.py's resume policy (rundir.open_run) and the identity it and study.py share
+(rundir.run_changes), called directly: no subprocess, no training."""
+import os
+
+import pytest
+import torch
+
+from model import Bert, BertConfig
+from rundir import locked, open_run, run_changes, lock_dir
+
+MODEL = dict(n_layer=1, n_head=2, n_embd=16, n_inner=32, block_size=16, dropout=0.0, attention_type="pairwise",
+             hybrid_pattern="original,additive", sub_ln=False, s_init_std=1.0, symmetric_init=False, score_scale=1.0,
+             freeze_s=False)
+RUN = dict(init_from="scratch", out_dir="out", device="cpu", dtype="auto", compile=True, seed=1, learning_rate=1e-3,
+           max_iters=100, target_loss=0.0, min_iters=0, decay_lr=False, **MODEL)
+
+
+def save_run(folder, iter_num=100, eval_loss=None, **changes):
+    """A full checkpoint as train.py writes it, of a run with RUN's settings plus changes."""
+    config = {**RUN, **changes}
+    model_args = {**vars(BertConfig(**{k: config[k] for k in MODEL})), "vocab_size": 50304}
+    os.makedirs(folder, exist_ok=True)
+    torch.save({"model": Bert(BertConfig(**model_args)).state_dict(), "model_args": model_args, "iter_num": iter_num,
+                "config": config, "optimizer": {}, "rng": [], "last_eval": iter_num, "eval_loss": eval_loss},
+               os.path.join(folder, "ckpt.pt"))
+
+
+def test_run_changes_ignores_where_a_run_is_made_and_where_it_ends():
+    assert run_changes(RUN, {**RUN, "device": "cuda", "dtype": "bfloat16", "out_dir": "x", "compile": False}) == []
+    assert run_changes(RUN, {**RUN, "target_loss": 4.5, "min_iters": 50}) == []  # where it stops
+    assert run_changes(RUN, {**RUN, "max_iters": 500}) == []  # constant lr: a longer run has the same past
+    assert run_changes({**RUN, "decay_lr": True}, {**RUN, "decay_lr": True, "max_iters": 500}) == [
+        "max_iters 100 -> 500"]  # a decaying schedule of another length is another run
+    assert run_changes(RUN, {**RUN, "seed": 2, "learning_rate": 3e-4}) == ["seed 1 -> 2", "learning_rate 0.001 -> 0.0003"]
+    assert run_changes(RUN, {**RUN, "dtype": "float32"}, ignore=("device",)) == ["dtype 'auto' -> 'float32'"]
+    assert run_changes({"seed": 1}, {**RUN, "seed": 1}) == []  # a setting the old run did not have yet: no verdict
+
+
+def test_a_new_run_needs_a_folder_without_another_run(tmp_path):
+    ckpt, model_args, changed = open_run(str(tmp_path / "new"), dict(RUN), set())
+    assert ckpt is None and changed == [] and model_args["attention_type"] == "pairwise"
+    (tmp_path / "logged").mkdir()
+    (tmp_path / "logged" / "log.jsonl").write_text("")
+    with pytest.raises(SystemExit, match=r"holds another run \(log.jsonl\)"):
+        open_run(str(tmp_path / "logged"), dict(RUN), set())
+    save_run(tmp_path / "other", seed=7)
+    with pytest.raises(SystemExit, match=r"holds another run \(ckpt.pt\).*--init_from=resume"):
+        open_run(str(tmp_path / "other"), dict(RUN), set())
+    save_run(tmp_path / "short", iter_num=50)  # the same settings, not finished: to be resumed, not restarted
+    with pytest.raises(SystemExit, match="holds another run"):
+        open_run(str(tmp_path / "short"), dict(RUN), set())
+    with pytest.raises(SystemExit, match="n_embd"):  # an impossible model: one line
+        open_run(str(tmp_path / "bad"), {**RUN, "n_embd": 15}, set())
+
+
+def test_the_same_finished_run_again_is_nothing_to_do(tmp_path, capsys):
+    save_run(tmp_path / "done")
+    with pytest.raises(SystemExit) as e:
+        open_run(str(tmp_path / "done"), {**RUN, "device": "cuda", "compile": False}, set())
+    assert e.value.code in (0, None) and "already holds this run, finished at step 100" in capsys.readouterr().out
+    save_run(tmp_path / "stopped", iter_num=60, eval_loss=4.0, target_loss=4.2, min_iters=50)  # met its target
+    with pytest.raises(SystemExit) as e:
+        open_run(str(tmp_path / "stopped"), {**RUN, "target_loss": 4.2, "min_iters": 50}, set())
+    assert e.value.code in (0, None) and "--target_loss=0" in capsys.readouterr().out  # how to go on past it
+    with pytest.raises(SystemExit, match="holds another run"):  # a lower target is not met yet
+        open_run(str(tmp_path / "stopped"), {**RUN, "target_loss": 3.9, "min_iters": 50}, set())
+
+
+def test_a_resume_takes_the_runs_own_settings_and_refuses_another_model(tmp_path):
+    save_run(tmp_path / "run", iter_num=40, seed=3, learning_rate=5e-4, dtype="bfloat16")
+    config = {**RUN, "init_from": "resume", "max_iters": 200}
+    ckpt, model_args, changed = open_run(str(tmp_path / "run"), config, {"init_from", "max_iters"})
+    assert ckpt["iter_num"] == 40 and changed == []  # constant lr: extending it is an exact continuation
+    assert config["seed"] == 3 and config["learning_rate"] == 5e-4 and config["max_iters"] == 200
+    assert config["dtype"] == "bfloat16"  # its precision, unless asked otherwise
+    config = {**RUN, "init_from": "resume", "learning_rate": 1e-4, "dtype": "float32"}
+    _, _, changed = open_run(str(tmp_path / "run"), config, {"init_from", "learning_rate", "dtype"})
+    assert changed == ["learning_rate 0.0005 -> 0.0001"] and config["dtype"] == "float32"
+    save_run(tmp_path / "fp16", iter_num=40, dtype="float16")
+    for device, dtype in (("cpu", "auto"), ("cuda", "float16")):  # fp16 goes on on a GPU only
+        config = {**RUN, "init_from": "resume", "device": device}
+        open_run(str(tmp_path / "fp16"), config, {"init_from", "device"})
+        assert config["dtype"] == dtype
+    with pytest.raises(SystemExit, match=r"another model: n_layer 2 \(checkpoint: 1\), attention_type 'original'"):
+        open_run(str(tmp_path / "run"), {**RUN, "init_from": "resume", "n_layer": 2, "attention_type": "original"},
+                 {"init_from", "n_layer", "attention_type"})
+    with pytest.raises(SystemExit, match="no checkpoint"):
+        open_run(str(tmp_path / "none"), {**RUN, "init_from": "resume"}, {"init_from"})
+
+
+def test_locked_releases_its_folder(tmp_path):
+    with locked(str(tmp_path / "a"), "test"):
+        assert "test (pid" in (tmp_path / "a" / ".lock").read_text()
+    lock_dir(str(tmp_path / "a"), "again")  # free again after the block
