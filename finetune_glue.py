@@ -83,7 +83,7 @@ NUMBERS = ['mrpc', 'cola', 'mnli-m', 'mnli-mm', 'qqp', 'rte', 'stsb', 'qnli', 's
 PROTOCOL = ['epochs', 'batch_size', 'learning_rate', 'warmup_ratio', 'weight_decay', 'grad_clip',
             'max_seq_len', 'length_bucketing', 'max_train_samples', 'data_dir', 'dtype']  # change results
 SCHEDULE = 'linear from 0'  # recorded with the protocol: results of the earlier schedule (from lr/warmup) never mix
-OPTIMIZER = 'AdamW, no weight decay on biases and LayerNorms'  # recorded likewise
+OPTIMIZER = 'AdamW (0.9, 0.999), eps 1e-8, no weight decay on biases and LayerNorms'  # recorded likewise: finetune()
 
 
 # ----------------------------------------------------------------------------- metrics (x in [0, 1])

@@ -99,7 +99,7 @@ one_line_out_of_memory(f"train: out of GPU memory at batch_size {batch_size}: lo
 # ---- the run: a new one, or the one in out_dir resumed with its own settings (rundir.open_run) ----
 out_dir = os.path.abspath(out_dir)
 ckpt_path, log_path = os.path.join(out_dir, "ckpt.pt"), os.path.join(out_dir, "log.jsonl")
-if int(os.environ.get("RANK", 0)) == 0:  # held by this run before anything in it is read
+if int(os.environ.get("RANK", 0)) == 0:  # rank 0 holds it before anything in it is read
     lock_dir(out_dir, f"train.py {' '.join(sys.argv[1:])}"[:200])
     remove_stale_temporaries(out_dir)  # half-written checkpoints of killed runs: ours to remove now
 ckpt, model_args, changed = open_run(out_dir, config, given)
@@ -140,7 +140,7 @@ def get_batch(it, micro):
 evals = eval_batches(val_data, eval_iters, batch_size, mask_prob, meta["special"])  # each process takes every world-th
 
 # ---- the model, its optimizer and the state of a resumed run ----
-torch.manual_seed(seed + rank)
+torch.manual_seed(seed + rank)  # DDP makes every process start from rank 0's weights
 raw_model = Bert(BertConfig(**model_args)).to(device)
 optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type)
 scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
@@ -300,7 +300,7 @@ while True:
         flag = torch.tensor([stopping])
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=flag_group)
         stopping = int(flag.item())
-    if iter_num % log_interval == 0:  # the only host syncs of a step happen here
+    if iter_num % log_interval == 0:  # the loss is read (a host sync) only here
         if ddp:  # the mean loss over all processes
             dist.all_reduce(train_loss)
             train_loss /= world
