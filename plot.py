@@ -83,10 +83,11 @@ def save(fig, path):
 
 
 def main(runs, benchmarks, labels, threshold, out):
+    """runs, benchmarks, labels: comma lists (the command line) or lists (a caller whose labels hold commas)."""
     if not runs and not benchmarks:
         raise SystemExit("plot: nothing to plot: pass --runs=DIR,DIR (eval loss) and/or --benchmarks=DIR,DIR (GLUE)")
-    run_dirs, bench_dirs = [d for d in runs.split(",") if d], [d for d in benchmarks.split(",") if d]
-    names = [n for n in labels.split(",") if n]
+    items = lambda v: [x for x in (v if isinstance(v, list) else v.split(",")) if x]
+    run_dirs, bench_dirs, names = items(runs), items(benchmarks), items(labels)
     name = lambda i, d: names[i] if i < len(names) else os.path.basename(os.path.normpath(d))
     out = out or os.path.join(os.path.dirname(os.path.normpath((run_dirs or bench_dirs)[0])) or ".", "plot")
     if os.path.dirname(out):

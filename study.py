@@ -375,7 +375,7 @@ def report(runs, missing, shared, u, cap):
         print(f"wrote {summary}")
     if figures:
         paths = [os.path.join(records, f"{a}_s{sd}.jsonl") for a in runs for sd in runs[a]]
-        plot.main(','.join(paths), '', ','.join(ARMS[a][0] for a in runs for _ in runs[a]), level, figures)
+        plot.main(paths, '', [ARMS[a][0] for a in runs for _ in runs[a]], level, figures)  # labels hold commas
         survival_figure(s['per_arm'], cap, f"{figures}_survival")
 
 

@@ -27,6 +27,19 @@ def bench_json(path, tasks):
                                                      "step_95": 20, "tasks": tasks}))
 
 
+def test_labels_with_commas_group_the_runs_they_name(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    for name in ("a1", "a2", "b1"):
+        write_log(tmp_path / name, [(0, 10.8), (10, 7.0 if name < "b" else 8.0)])
+    plot.main([str(tmp_path / n) for n in ("a1", "a2", "b1")], "", ["pairwise, S ~ N(0, 1)"] * 2 + ["original"], 7.5,
+              str(tmp_path / "fig"))
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| pairwise") or
+            line.startswith("| original")]
+    assert rows[0].startswith("| pairwise, S ~ N(0, 1) | 2 | 10 | 7.0000 (7.0000-7.0000) | 10, 10 |")
+    assert rows[1].startswith("| original | 1 | 10 | 8.0000 | not reached |")
+    assert len(rows) == 2
+
+
 def run_plot(*args):
     return subprocess.run([sys.executable, "plot.py", *args], capture_output=True, text=True, cwd=ROOT)
 
