@@ -169,7 +169,8 @@ def run_changes(old, new, ignore=MACHINE_KEYS):
 
 
 def is_finished(ck, config):
-    """The checkpoint's run has gone as far as config asks: to max_iters, or stopped at target_loss."""
+    """The run at the state ck (iter_num, last_eval, eval_loss: a checkpoint's) has gone as far as config asks: to
+    max_iters, or to an eval at or after min_iters (never step 0) with a loss at or below target_loss (0: none)."""
     stopped = config["target_loss"] and ck.get("eval_loss") is not None and ck.get("last_eval") == ck["iter_num"] \
         and ck["eval_loss"] <= config["target_loss"] and ck["iter_num"] >= max(config["min_iters"], 1)
     return ck["iter_num"] >= config["max_iters"] or bool(stopped)

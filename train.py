@@ -37,7 +37,8 @@ from dataloader import eval_batches, load_dataset, n_masked, train_batch
 from engine import (compile_model, gpu_peak_flops, linear_schedule, one_line_out_of_memory, optimizer_step, set_up,
                     set_up_processes)
 from model import Bert, BertConfig, diagnostics
-from rundir import all_finite, lock_dir, open_log, open_run, remove_stale_temporaries, save_checkpoint
+from rundir import (all_finite, is_finished, lock_dir, open_log, open_run, remove_stale_temporaries,
+                    save_checkpoint)
 
 # -----------------------------------------------------------------------------
 out_dir = "out"  # checkpoints and log.jsonl go here
@@ -170,12 +171,9 @@ if master:
               f"{learning_rate:g}", flush=True)
 
 # ---- compile (tried at once: a failing compiler is one line, then eager), the exact RNG state, DDP ----
-if compile:
-    if master:
-        print("compiling the model (torch.compile): the first step takes a while", flush=True)
-    model = compile_model(raw_model, device_type, get_batch(iter_num, 0), ctx)
-else:
-    model = raw_model
+if compile and master:
+    print("compiling the model (torch.compile): the first step takes a while", flush=True)
+model = compile_model(raw_model, device_type, get_batch(iter_num, 0), ctx) if compile else raw_model
 torch.manual_seed(seed + rank)  # dropout: the same stream whether or not a compile trial drew from it
 if rng is not None:  # the RNG state of the interrupted run, for a bit-exact continuation
     torch.set_rng_state(rng["cpu"])
@@ -275,9 +273,8 @@ while True:
         t0, t0_iter = time.time(), iter_num  # throughput excludes evaluation
     if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0:
         checkpoint(os.path.join(out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt"), full=False)
-    if iter_num >= max_iters or (last_eval == iter_num and eval_loss is not None and eval_loss <= target_loss
-                                 and iter_num >= max(min_iters, 1)):  # saved at this eval
-        break
+    if is_finished({"iter_num": iter_num, "last_eval": last_eval, "eval_loss": eval_loss}, config):
+        break  # at max_iters, or target_loss met at this eval (which saved it)
 
     lr = linear_schedule(iter_num, learning_rate, warmup_iters, max_iters, decay_lr)
     for group in optimizer.param_groups:
