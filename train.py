@@ -110,10 +110,10 @@ globals().update({k: v for k, v in config.items() if k != "out_dir"})  # a resum
 ddp, rank, local_rank, world, device, flag_group = set_up_processes(device, gradient_accumulation_steps)
 master, accum = rank == 0, gradient_accumulation_steps // world  # accum: micro-steps per process and step
 device_type, dtype, dtype_why, ctx = set_up(device, dtype)
-config["dtype"] = dtype
+config["dtype"] = dtype  # the precision in use is the one saved with the run
 
 # ---- the model's data ----
-block_size = model_args["block_size"]
+block_size = model_args["block_size"]  # the model's (a resumed run's own)
 n_pred = n_masked(mask_prob, block_size)  # positions predicted per sequence
 if n_pred < 1:
     raise SystemExit(f"train: mask_prob {mask_prob} x block_size {block_size} predicts no token: raise mask_prob")
