@@ -73,10 +73,13 @@ def pyplot():
 
 
 def save(fig, path):
+    import matplotlib
+
     fig.tight_layout()
-    try:
-        for ext in ("png", "svg"):
-            fig.savefig(f"{path}.{ext}")
+    try:  # the same figure gives the same files: no date, fixed SVG ids (a rebuilt figure shows no false diff)
+        with matplotlib.rc_context({"svg.hashsalt": "symmetric-bert"}):
+            for ext in ("png", "svg"):
+                fig.savefig(f"{path}.{ext}", metadata={"Date": None})
     except OSError as e:
         raise SystemExit(f"plot: cannot write {path}.{ext} ({e.strerror or e}): choose another --out")
     print(f"wrote {path}.png and {path}.svg")

@@ -40,6 +40,15 @@ def test_labels_with_commas_group_the_runs_they_name(tmp_path, capsys):
     assert len(rows) == 2
 
 
+def test_the_same_figure_gives_the_same_files(tmp_path):
+    pytest.importorskip("matplotlib")
+    write_log(tmp_path / "run", [(0, 10.8), (10, 7.0), (20, 6.0)], diag=True)
+    for out in ("one", "two"):
+        plot.main(str(tmp_path / "run"), "", "pairwise", 0.0, str(tmp_path / out))
+    for name in ("loss.png", "loss.svg", "diagnostics.svg"):
+        assert (tmp_path / f"one_{name}").read_bytes() == (tmp_path / f"two_{name}").read_bytes(), name
+
+
 def run_plot(*args):
     return subprocess.run([sys.executable, "plot.py", *args], capture_output=True, text=True, cwd=ROOT)
 
