@@ -219,8 +219,9 @@ last_good = ckpt_path if init_from == "resume" else None
 
 
 def stop(reason):
+    hint = " or dtype=bfloat16 (float32's range)" if dtype == "float16" else ""
     raise SystemExit(f"train: {reason} at step {iter_num}; nothing was saved. Last good checkpoint: "
-                     f"{last_good or 'none'}. Try a lower learning_rate or dtype=bfloat16")
+                     f"{last_good or 'none'}. Try a lower learning_rate{hint}")
 
 
 def checkpoint(path, full=True):
