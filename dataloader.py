@@ -12,6 +12,11 @@ from configurator import oneline
 from rundir import read_json
 
 
+def dataset_dir(dataset):
+    """A dataset's folder: a name under data/ (as prepare_oscar.py makes it), or a path."""
+    return dataset if os.sep in dataset else os.path.join("data", dataset)
+
+
 def load_dataset(data_dir, vocab_size, block_size):
     """(train, val, meta) of a prepare_oscar.py dataset: (N, block_size) uint16 memmaps, after checking every number
     the run relies on (meta.json, the model's vocab_size unless None, the files' sizes) before any compute. Any

@@ -158,13 +158,14 @@ def load_checkpoint(path, resume=False):
 
 # ----------------------------------------------------------------------------- is this the same run?
 MACHINE_KEYS = ("init_from", "out_dir", "device", "dtype", "compile")  # where and how a run is made, not what it is
+END_KEYS = ("target_loss", "min_iters", "max_iters")  # where it ends
 
 
 def run_changes(old, new, ignore=MACHINE_KEYS):
     """What makes the settings `new` another run than the run made with `old`: ['key old -> new', ...] over the
     settings both have, other than `ignore` and where a run ends (target_loss, min_iters; max_iters too under a
     constant learning rate, where a longer run has the same past)."""
-    ends = ("target_loss", "min_iters") + (() if new.get("decay_lr", True) else ("max_iters",))
+    ends = END_KEYS[:2] if new.get("decay_lr", True) else END_KEYS
     return [f"{k} {old[k]!r} -> {v!r}" for k, v in new.items() if k in old and k not in ignore + ends and old[k] != v]
 
 

@@ -28,8 +28,8 @@ import torch
 
 import plot
 from configurator import check, configure, read_file
-from dataloader import load_dataset
-from rundir import (MACHINE_KEYS, atomic_write, first_step_below, load_checkpoint, lock_dir, locked, read_evals,
+from dataloader import dataset_dir, load_dataset
+from rundir import (END_KEYS, MACHINE_KEYS, atomic_write, first_step_below, load_checkpoint, lock_dir, locked, read_evals,
                     run_changes, write_json)
 
 # -----------------------------------------------------------------------------
@@ -321,7 +321,7 @@ def unigram_level(recs, base_cfg):
     check('study', (train or us, f"no finished run recorded in {records}/: run the study with --train=True"))
     if not train:
         return next(r[0]['unigram_loss'] for r in recs.values() if r)
-    data_dir = base_cfg['dataset'] if os.sep in base_cfg['dataset'] else os.path.join('data', base_cfg['dataset'])
+    data_dir = dataset_dir(base_cfg['dataset'])
     u = unigram_loss(data_dir, base_cfg['block_size'], base_cfg['batch_size'], base_cfg['eval_iters'])
     check('study', (not us or abs(us.pop() - u) < 1e-4, f"{data_dir} is not the data the records in {records}/ "
                                                         f"were made on (another U): prepare it again or move them"))
@@ -369,8 +369,8 @@ def report(runs, missing, shared, u, cap):
         write_json(summary, {
             'criterion': f"first eval step with eval loss <= U - {drop:g}, U = {u:.5f} (unigram predictor); cap {cap}",
             'unigram_loss': u, 'level': level, 'drop': drop, 'cap': cap, 'min_steps': min_steps, 'base_config': base,
-            'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + ('max_iters', 'target_loss',
-                         'min_iters', 'seed') and f'--{k}' not in overridden},
+            'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + END_KEYS + ('seed',)
+                         and f'--{k}' not in overridden},
             'arms': {a: {'label': ARMS[a][0], 'overrides': ARMS[a][1]} for a in runs}, 'missing': missing, **s})
         print(f"wrote {summary}")
     if figures:

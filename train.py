@@ -33,7 +33,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configurator import check, configure
-from dataloader import eval_batches, load_dataset, n_masked, train_batch
+from dataloader import dataset_dir, eval_batches, load_dataset, n_masked, train_batch
 from engine import (compile_model, gpu_peak_flops, linear_schedule, one_line_out_of_memory, optimizer_step, set_up,
                     set_up_processes)
 from model import Bert, BertConfig, diagnostics
@@ -117,7 +117,7 @@ block_size = model_args["block_size"]  # the model's (a resumed run's own)
 n_pred = n_masked(mask_prob, block_size)  # positions predicted per sequence
 if n_pred < 1:
     raise SystemExit(f"train: mask_prob {mask_prob} x block_size {block_size} predicts no token: raise mask_prob")
-data_dir = dataset if os.sep in dataset else os.path.join("data", dataset)
+data_dir = dataset_dir(dataset)
 try:
     train_data, val_data, meta = load_dataset(data_dir, model_args["vocab_size"], block_size)
 except SystemExit as e:
