@@ -20,8 +20,9 @@ import time
 
 
 def _interrupted(signum, frame):  # until the loop takes over: a Ctrl-C while torch loads is one line
-    print(f"train: interrupted by signal {signum} before training started", file=sys.stderr)
-    raise SystemExit(128 + signum)
+    print(f"train: interrupted by signal {signum} before training started", file=sys.stderr, flush=True)
+    sys.stdout.flush()  # os._exit, not SystemExit: `import torch` swallows exceptions raised inside it and goes on;
+    os._exit(128 + signum)  # nothing is saved before the loop, and the files written so far are atomic
 
 
 signal.signal(signal.SIGINT, _interrupted)

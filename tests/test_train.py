@@ -369,13 +369,15 @@ def test_out_of_range_settings_are_one_line(data_dir, tmp_path, bad, msg):
                              check=False), msg)
 
 
-def test_ctrl_c_during_start_up_is_one_line(data_dir, tmp_path):
+@pytest.mark.parametrize("delay", [0.2, 0.5, 0.8])  # inside `import torch`, which swallows exceptions raised there
+def test_ctrl_c_during_start_up_is_one_line(data_dir, tmp_path, delay):
     p = subprocess.Popen([sys.executable, "train.py", *TINY, f"--dataset={data_dir}", f"--out_dir={tmp_path}/x"],
                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)  # importing torch takes longer: the run is still starting
+    time.sleep(delay)  # importing torch takes longer: the run is still starting
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130 and "interrupted by signal 2 before training started" in err and "Traceback" not in err
+    assert not os.path.exists(f"{tmp_path}/x/log.jsonl")  # it did not go on to train
 
 
 def test_help_lists_every_setting():
