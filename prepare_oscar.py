@@ -57,7 +57,7 @@ BLOCKED = frozenset("agressif adult cryptojacking dangerous_material phishing wa
 RULES = ("bad_json", "no_text", "blocked_category", "harmful_pp", "quality_warnings")  # why a doc is dropped
 OSCAR_GLOB = "datasets/oscar-corpus/OSCAR-2301/en_meta/en_meta_part_*.jsonl.zst"
 OSCAR_ACCESS = ("OSCAR-2301 is gated: accept its terms at https://huggingface.co/datasets/oscar-corpus/"
-                "OSCAR-2301 with your account, then `huggingface-cli login` or export HF_TOKEN=hf_...")
+                "OSCAR-2301 with your account, then `hf auth login` or export HF_TOKEN=hf_...")
 CHUNK = 64  # documents per task sent to a worker
 GCIDE = "/usr/share/dictd/gcide.dict.dz"  # Debian/Ubuntu package dict-gcide
 
@@ -192,7 +192,7 @@ def hf_items(name, config):
     except ImportError:
         raise SystemExit(f"source=hf:{name} needs `pip install datasets`")
     except Exception as e:  # not found, gated, needs a config, offline
-        raise SystemExit(f"hf:{name}: {oneline(e)} (gated datasets need `huggingface-cli login`; "
+        raise SystemExit(f"hf:{name}: {oneline(e)} (gated datasets need `hf auth login`; "
                          "pick a config with --hf_config)")
 
 

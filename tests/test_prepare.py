@@ -195,7 +195,7 @@ def test_oscar_source_through_hub_filesystem(tmp_path, monkeypatch):
             raise PermissionError("401 Client Error: access to dataset oscar-corpus/OSCAR-2301 is restricted")
 
     monkeypatch.setattr(huggingface_hub, "HfFileSystem", NoAccess)
-    with pytest.raises(SystemExit, match="gated.*huggingface-cli login"):
+    with pytest.raises(SystemExit, match="gated.*hf auth login"):
         run(tmp_path, "other", source="oscar")
     assert not (tmp_path / "other" / "meta.json").exists()
 
