@@ -128,7 +128,9 @@ def main(runs, benchmarks, labels, threshold, out):
             steps = ", ".join(str(s) if s is not None else "not reached" for s in reached[label])
             m = mean_reached[label]
             ratio = f"{m / fastest:.2f}x" if m and fastest else "-"
-            print(f"| {label} | {len(curves)} | {curves[0][-1]['step']} | {loss} | {steps} | {ratio} |")
+            ends = sorted({c[-1]["step"] for c in curves})  # seeds may end at different steps: their range
+            end = str(ends[0]) if len(ends) == 1 else f"{ends[0]}-{ends[-1]}"
+            print(f"| {label} | {len(curves)} | {end} | {loss} | {steps} | {ratio} |")
         if any("collapse" in r for g in groups.values() for c in g for r in c):
             n_layer = max(len(r.get("attn_entropy", [])) for g in groups.values() for c in g for r in c)
             cols = min(3, n_layer + 1)

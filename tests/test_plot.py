@@ -120,3 +120,11 @@ def test_a_band_covers_only_the_steps_every_seed_has():
     short = [{"step": s, "loss": 7.0} for s in (0, 25)]
     steps, mean, lo, hi = plot.band([long, short], lambda r: r["loss"])
     assert steps == [0, 25] and mean == [6.0, 6.0] and lo == [5.0, 5.0] and hi == [7.0, 7.0]
+
+
+def test_final_step_is_a_range_when_seeds_end_apart(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    write_log(tmp_path / "a1", [(0, 10.0), (10, 7.0)])
+    write_log(tmp_path / "a2", [(0, 10.0), (10, 8.0), (20, 6.0)])  # the longer run ends second
+    plot.main([str(tmp_path / "a1"), str(tmp_path / "a2")], "", ["arm A"] * 2, 7.5, "")
+    assert "| arm A | 2 | 10-20 | 6.5000 (6.0000-7.0000) | 10, 20 |" in capsys.readouterr().out
