@@ -165,7 +165,7 @@ def run_changes(old, new, ignore=MACHINE_KEYS):
     """What makes the settings `new` another run than the run made with `old`: ['key old -> new', ...] over the
     settings both have, other than `ignore` and where a run ends (target_loss, min_iters; max_iters too under a
     constant learning rate, where a longer run has the same past)."""
-    ends = END_KEYS[:2] if new.get("decay_lr", True) else END_KEYS
+    ends = tuple(k for k in END_KEYS if k != "max_iters" or not new.get("decay_lr", True))
     return [f"{k} {old[k]!r} -> {v!r}" for k, v in new.items() if k in old and k not in ignore + ends and old[k] != v]
 
 
