@@ -17,6 +17,6 @@ eval_interval = 25
 eval_iters = 5  # 160 held-out blocks, the same for every run (the first of val.bin)
 log_interval = 25
 checkpoint_interval = 0  # no snapshots; ckpt.pt holds each run's final state
-dtype = "float32"  # bf16 moved when pairwise leaves the plateau (README "The study", Precision): not here
+dtype = "float32"  # bf16 moved when runs leave the plateau (README "The study", Precision): not here
 seed = 1
 out_dir = "out/study"

@@ -15,6 +15,6 @@ eval_interval = 50
 eval_iters = 4  # 1,024 held-out blocks, the same for every run
 log_interval = 50
 checkpoint_interval = 0
-dtype = "float32"  # as config/study.py: bf16 moved pairwise's exit on the CPU (TF32 matmuls here: not yet compared)
+dtype = "float32"  # as config/study.py: bf16 moved the plateau exit on the CPU (TF32 matmuls here: not yet compared)
 seed = 1
 out_dir = "out/study_gpu"
