@@ -53,11 +53,11 @@ ARMS = {  # name: (legend label, train.py overrides of the base config, paired s
     'original': ('original', ['--attention_type=original'], 5),
     'pairwise': ('pairwise', ['--attention_type=pairwise'], 5),
     'pairwise_small_s': ('pairwise, S ~ N(0, 0.02^2)', ['--attention_type=pairwise', '--s_init_std=0.02'], 5),
-    'symmetric': ('symmetric', ['--attention_type=symmetric'], 3),
+    'symmetric': ('symmetric', ['--attention_type=symmetric'], 5),
     # sqrt(d) = 8 for the base config's d = 64: the original's scores start as wide as pairwise's (tests/test_model.py)
     'original_scaled': ('original, scores x sqrt(d)', ['--attention_type=original', '--score_scale=8.0'], 5),
     'pairwise_frozen_s': ('pairwise, S frozen at N(0, 1)', ['--attention_type=pairwise', '--freeze_s=True'], 5),
-    'original_sym_init': ('original, key = query at init', ['--attention_type=original', '--symmetric_init=True'], 3),
+    'original_sym_init': ('original, key = query at init', ['--attention_type=original', '--symmetric_init=True'], 5),
 }
 RUN_KEYS_IGNORED = tuple(k for k in MACHINE_KEYS if k != 'dtype')  # where a run ran; its precision counts
 
