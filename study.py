@@ -35,7 +35,8 @@ from rundir import (END_KEYS, MACHINE_KEYS, atomic_write, first_step_below, load
 # -----------------------------------------------------------------------------
 base = 'config/study.py'  # the train.py config every arm starts from
 arms = ''  # '' = every arm of ARMS (below), in its order; or a comma list of them
-seeds = ''  # '' = each arm's own count of paired seeds (ARMS) from first_seed on; a comma list = these, every arm
+seeds = ''  # '' = n_seeds paired seeds from first_seed on; a comma list = these; either way, every arm
+n_seeds = 5  # paired seeds per arm when seeds is '': every arm has the same seeds
 first_seed = 2  # seed 1 made the pilot runs that fixed the criterion and the cap (README): not part of the results
 drop = 0.7  # the criterion: first eval step with loss <= U - drop (U: the unigram predictor's eval loss)
 sweep = '0.5,0.6,0.7,0.8,0.9'  # other drops, to show whether the order depends on the one criterion
@@ -49,15 +50,15 @@ summary = 'assets/study.json'  # '' = none
 figures = 'assets/study'  # output prefix of the figures; '' = none
 train = True  # False: run nothing; summarise the records there are (the missing runs are listed)
 # -----------------------------------------------------------------------------
-ARMS = {  # name: (legend label, train.py overrides of the base config, paired seeds by default)
-    'original': ('original', ['--attention_type=original'], 5),
-    'pairwise': ('pairwise', ['--attention_type=pairwise'], 5),
-    'pairwise_small_s': ('pairwise, S ~ N(0, 0.02^2)', ['--attention_type=pairwise', '--s_init_std=0.02'], 5),
-    'symmetric': ('symmetric', ['--attention_type=symmetric'], 5),
+ARMS = {  # name: (legend label, train.py overrides of the base config)
+    'original': ('original', ['--attention_type=original']),
+    'pairwise': ('pairwise', ['--attention_type=pairwise']),
+    'pairwise_small_s': ('pairwise, S ~ N(0, 0.02^2)', ['--attention_type=pairwise', '--s_init_std=0.02']),
+    'symmetric': ('symmetric', ['--attention_type=symmetric']),
     # sqrt(d) = 8 for the base config's d = 64: the original's scores start as wide as pairwise's (tests/test_model.py)
-    'original_scaled': ('original, scores x sqrt(d)', ['--attention_type=original', '--score_scale=8.0'], 5),
-    'pairwise_frozen_s': ('pairwise, S frozen at N(0, 1)', ['--attention_type=pairwise', '--freeze_s=True'], 5),
-    'original_sym_init': ('original, key = query at init', ['--attention_type=original', '--symmetric_init=True'], 5),
+    'original_scaled': ('original, scores x sqrt(d)', ['--attention_type=original', '--score_scale=8.0']),
+    'pairwise_frozen_s': ('pairwise, S frozen at N(0, 1)', ['--attention_type=pairwise', '--freeze_s=True']),
+    'original_sym_init': ('original, key = query at init', ['--attention_type=original', '--symmetric_init=True']),
 }
 RUN_KEYS_IGNORED = tuple(k for k in MACHINE_KEYS if k != 'dtype')  # where a run ran; its precision counts
 
@@ -176,10 +177,11 @@ def plan_runs():
     arm_list = arms.split(',') if arms else list(ARMS)
     check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
           (all(s.isdigit() for s in seeds.split(',')) if seeds else True, f"seeds must be a comma list of integers"),
-          (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"))
+          (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
+          (n_seeds >= 1, "n_seeds must be >= 1"))
     plan = []
     for arm in arm_list:
-        for sd in (seeds.split(',') if seeds else [str(first_seed + i) for i in range(ARMS[arm][2])]):
+        for sd in (seeds.split(',') if seeds else [str(first_seed + i) for i in range(n_seeds)]):
             cmd = [base, *ARMS[arm][1], f'--seed={sd}', *train_args.split()]
             plan.append((arm, sd, cmd))
     return sorted(plan, key=lambda p: (int(p[1]), arm_list.index(p[0])))  # seed-major: a partial study has every arm
@@ -365,7 +367,7 @@ def report(runs, missing, shared, u, cap):
         print(f"| {d} | " + " | ".join(f"{fmt_steps(r, cap)} ({r['reached']}/{r['n']})" for r in row.values())
               + " |")
     if summary:
-        overridden = {o.split('=')[0] for _, overrides, _ in ARMS.values() for o in overrides}
+        overridden = {o.split('=')[0] for _, overrides in ARMS.values() for o in overrides}
         write_json(summary, {
             'criterion': f"first eval step with eval loss <= U - {drop:g}, U = {u:.5f} (unigram predictor); cap {cap}",
             'unigram_loss': u, 'level': level, 'drop': drop, 'cap': cap, 'min_steps': min_steps, 'base_config': base,
