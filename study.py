@@ -35,8 +35,10 @@ from rundir import (END_KEYS, MACHINE_KEYS, atomic_write, first_step_below, load
 # -----------------------------------------------------------------------------
 base = 'config/study.py'  # the train.py config every arm starts from
 arms = ''  # '' = every arm of ARMS (below), in its order; or a comma list of them
-seeds = ''  # '' = n_seeds paired seeds from first_seed on; a comma list = these; either way, every arm
-n_seeds = 5  # paired seeds per arm when seeds is '': every arm has the same seeds
+seeds = ''  # '' = n_seeds (or n_seeds_primary) paired seeds from first_seed on; a comma list = these, every arm
+n_seeds = 5  # paired seeds per arm when seeds is '' (the exploratory arms)
+n_seeds_primary = 15  # paired seeds of the primary arms: from a power calculation, fixed before their runs (README)
+primary = 'original,pairwise,original_scaled'  # the confirmatory comparisons: each arm here against the original
 first_seed = 2  # seed 1 made the pilot runs that fixed the criterion and the cap (README): not part of the results
 drop = 0.7  # the criterion: first eval step with loss <= U - drop (U: the unigram predictor's eval loss)
 sweep = '0.5,0.6,0.7,0.8,0.9'  # other drops, to show whether the order depends on the one criterion
@@ -146,12 +148,32 @@ def write_record(path, run, command, u):
     """The run's settings and its eval records (from out_dir/log.jsonl) as the committed record."""
     settings = load_checkpoint(os.path.join(run, 'ckpt.pt'))['config']
     head = {'type': 'config', 'config': settings, 'unigram_loss': u, 'command': command, 'torch': torch.__version__,
-            'machine': f"{platform.machine()}, {os.cpu_count()} cores", 'date': datetime.date.today().isoformat()}
+            'machine': f"{platform.machine()}, {os.cpu_count()} cores", 'cpu': cpu_name(), 'commit': code_commit(),
+            'date': datetime.date.today().isoformat()}
     lines = [json.dumps(head)] + [json.dumps({k: round(v, 4) if isinstance(v, float) and k != 'loss' else  # loss
                                                  [round(e, 4) for e in v] if isinstance(v, list) else v  # exact: the
                                               for k, v in r.items()}) for r in read_evals(run)]  # criterion reads it
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     atomic_write(path, lambda f: f.write('\n'.join(lines) + '\n'), mode='w')
+
+
+def cpu_name():
+    try:
+        with open('/proc/cpuinfo') as f:
+            return next((line.split(':', 1)[1].strip() for line in f if line.startswith('model name')), platform.processor())
+    except OSError:
+        return platform.processor()
+
+
+def code_commit():
+    """The git commit of the code that trains (runs train from a clone of a fixed commit), '+changes' if its tracked
+    files differ from it; None outside git."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    git = lambda *a: subprocess.run(['git', '-C', here, *a], capture_output=True, text=True)
+    head = git('rev-parse', 'HEAD')
+    if head.returncode:
+        return None
+    return head.stdout.strip() + ('+changes' if git('status', '--porcelain', '--untracked-files=no').stdout else '')
 
 
 def differ(have, cmd):
@@ -178,10 +200,12 @@ def plan_runs():
     check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
           (all(s.isdigit() for s in seeds.split(',')) if seeds else True, f"seeds must be a comma list of integers"),
           (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
-          (n_seeds >= 1, "n_seeds must be >= 1"))
+          (n_seeds >= 1 and n_seeds_primary >= 1, "n_seeds and n_seeds_primary must be >= 1"),
+          (all(a in ARMS for a in primary.split(',') if a), f"primary must be a comma list of {', '.join(ARMS)}"))
     plan = []
     for arm in arm_list:
-        for sd in (seeds.split(',') if seeds else [str(first_seed + i) for i in range(n_seeds)]):
+        n = n_seeds_primary if arm in primary.split(',') else n_seeds
+        for sd in (seeds.split(',') if seeds else [str(first_seed + i) for i in range(n)]):
             cmd = [base, *ARMS[arm][1], f'--seed={sd}', *train_args.split()]
             plan.append((arm, sd, cmd))
     return sorted(plan, key=lambda p: (int(p[1]), arm_list.index(p[0])))  # seed-major: a partial study has every arm

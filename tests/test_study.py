@@ -112,6 +112,8 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
         for sd in ("1", "2"):
             head, ev = study.read_record(str(tmp_path / "rec" / f"{arm}_s{sd}.jsonl"))
             assert head["config"]["seed"] == int(sd) and head["config"]["attention_type"] == arm
+            head_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+            assert head["commit"].split("+")[0] == head_commit.stdout.strip()  # the code that trained it
             met, deepest = first_step_below(ev, u + 2.5), first_step_below(ev, u + 1)  # the sweep's deepest: -1
             # train.py stopped at the first eval at or after min_steps once the sweep's deepest criterion was met
             assert ev[-1]["step"] == (max(deepest, 8) if deepest is not None else 12), (arm, sd, deepest, ev[-1])
@@ -152,3 +154,19 @@ def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
                         "--min_steps=2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     unlock_dir(str(tmp_path / "runs" / "original_s1"))
     assert p.returncode == 1 and "original_s1 is in use by a test" in p.stderr and not (tmp_path / "rec").exists()
+
+
+def test_the_plan_gives_the_primary_arms_their_own_number_of_seeds(monkeypatch):
+    monkeypatch.setattr(study, "arms", "original,symmetric,pairwise")
+    monkeypatch.setattr(study, "primary", "original,pairwise")
+    monkeypatch.setattr(study, "n_seeds", 2)
+    monkeypatch.setattr(study, "n_seeds_primary", 4)
+    plan = study.plan_runs()
+    seeds = {arm: [sd for a, sd, _ in plan if a == arm] for arm in ("original", "symmetric", "pairwise")}
+    assert seeds == {"original": ["2", "3", "4", "5"], "symmetric": ["2", "3"], "pairwise": ["2", "3", "4", "5"]}
+    assert [sd for _, sd, _ in plan] == sorted((sd for _, sd, _ in plan), key=int)  # seed-major
+    monkeypatch.setattr(study, "seeds", "7,9")  # a list given: every arm has exactly those
+    assert {sd for _, sd, _ in study.plan_runs()} == {"7", "9"} and len(study.plan_runs()) == 6
+    monkeypatch.setattr(study, "primary", "original,orig")
+    with pytest.raises(SystemExit, match="primary must be a comma list"):
+        study.plan_runs()
