@@ -136,6 +136,12 @@ def linear_schedule(step, lr, warmup, total, decay=True):
     return lr * max(0.0, (total - step) / max(1, total - warmup)) if decay else lr
 
 
+def set_lr(optimizer, lr):
+    """The schedule's learning rate in every parameter group, times the group's own lr_scale if it has one."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
+
+
 def optimizer_step(optimizer, scaler, params, grad_clip):
     """Unscale (fp16), clip, step (the scaler skips a step whose gradients overflowed), zero the gradients."""
     if grad_clip:

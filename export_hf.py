@@ -64,8 +64,9 @@ def hf_weights(cfg, sd):
             S = sd[p + "attn.S"].to(torch.float64)  # (n_head, d, d), in float64: the product is the only rounding
             wq = torch.einsum("hde,hdc->hec", S, wq.double().view(cfg.n_head, d, -1)).reshape_as(wq).to(wq.dtype)
             bq = torch.einsum("hde,hd->he", S, bq.double().view(cfg.n_head, d)).reshape_as(bq).to(bq.dtype)
-        if cfg.score_scale != 1.0:  # folded into the query: HF scores are q k^T / sqrt(d)
-            wq, bq = wq * cfg.score_scale, bq * cfg.score_scale
+        gain = sd[p + "attn.score_gain"].item() if p + "attn.score_gain" in sd else cfg.score_scale  # heat treatment:
+        if gain != 1.0:  # the multiplier at the checkpoint's step; folded into the query: HF scores are q k^T / sqrt(d)
+            wq, bq = wq * gain, bq * gain
         names = {"attention.self.query": (wq, bq), "attention.self.key": (wk, bk),
                  "attention.self.value": p + "attn.value", "attention.output.dense": p + "attn.out",
                  "attention.output.LayerNorm": p + "ln_attn", "intermediate.dense": p + "fc",

@@ -28,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from configurator import check, configure, oneline
-from engine import linear_schedule, optimizer_step, set_up
+from engine import linear_schedule, optimizer_step, set_lr, set_up
 from model import BertClassifier, BertConfig
 from rundir import load_checkpoint, locked, read_json, save_checkpoint, write_json
 from tokenizer import get_tokenizer
@@ -285,8 +285,7 @@ def finetune(task, data, seed, cfg, state, s, keep=None, iter_num=0):
             loss_sum = torch.zeros((), device=s.device)  # summed on the device: no host sync per step
             for b in rng.permutation(len(batches)):  # random batch order (matters only when bucketed)
                 idx = batches[b]
-                for g in opt.param_groups:
-                    g['lr'] = linear_schedule(step, s.learning_rate, warmup, steps)
+                set_lr(opt, linear_schedule(step, s.learning_rate, warmup, steps))
                 ids, mask, types = batch(train, idx, s.device)
                 with s.ctx:
                     _, loss = fwd(ids, torch.from_numpy(train['y'][idx]).to(s.device), attention_mask=mask,

@@ -45,6 +45,9 @@ class BertConfig:
     # score spread and keeps its larger gain) and pairwise with S frozen at its initialisation
     score_scale: float = 1.0  # scores = score_scale * q k^T / sqrt(d); 1.0 everywhere in the paper
     freeze_s: bool = False  # pairwise: S is not trained
+    # start or step (README "The study"): wider initial scores without a multiplier, and heat treatment
+    qk_init_scale: float = 1.0  # query and key weights start at N(0, (0.02 qk_init_scale)^2): scores x its square
+    score_scale_warmup: int = 0  # heat treatment: score_scale anneals to 1 over this many steps (anneal_scores)
 
     def __post_init__(self):
         if min(self.vocab_size, self.block_size, self.n_layer, self.n_head, self.n_embd, self.n_inner) < 1:
@@ -57,8 +60,11 @@ class BertConfig:
             raise ValueError(f"hybrid_pattern must be a comma list of {OPERATORS}, got {self.hybrid_pattern!r}")
         if self.symmetric_init and "original" not in self.layer_operators():
             raise ValueError("symmetric_init copies the query into the key: it needs original attention layers")
-        if not self.s_init_std > 0 or not self.score_scale > 0:
-            raise ValueError(f"s_init_std and score_scale must be > 0, got {self.s_init_std}, {self.score_scale}")
+        if not self.s_init_std > 0 or not self.score_scale > 0 or not self.qk_init_scale > 0:
+            raise ValueError(f"s_init_std, score_scale and qk_init_scale must be > 0, got {self.s_init_std}, "
+                             f"{self.score_scale}, {self.qk_init_scale}")
+        if self.score_scale_warmup < 0:
+            raise ValueError(f"score_scale_warmup must be >= 0, got {self.score_scale_warmup}")
         if self.freeze_s and "pairwise" not in self.layer_operators():
             raise ValueError("freeze_s freezes the pairwise S: it needs pairwise attention layers")
 
@@ -89,10 +95,14 @@ class SelfAttention(nn.Module):
         # pairwise factors, one unconstrained d x d matrix per head, initialised N(0, 1) (see _init_weights)
         self.S = nn.Parameter(torch.empty(cfg.n_head, d, d), requires_grad=not cfg.freeze_s) \
             if operator == "pairwise" else None
-        self.scale = cfg.score_scale / math.sqrt(d)
+        annealed = cfg.score_scale_warmup > 0  # heat treatment: a multiplier that changes as training goes
+        self.scale = (1.0 if annealed else cfg.score_scale) / math.sqrt(d)  # a constant one is SDPA's scale
+        # a tensor (not a float) so that torch.compile keeps one graph while Bert.anneal_scores changes it
+        self.register_buffer("score_gain", torch.tensor(float(cfg.score_scale)) if annealed else None)
         self.sub_ln = LayerNorm(cfg.n_embd) if cfg.sub_ln else nn.Identity()
         self.out = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.s_init_std, self.symmetric_init = cfg.s_init_std, cfg.symmetric_init and operator == "original"
+        self.qk_init_scale = cfg.qk_init_scale
 
     def heads(self, t):  # (B, T, C) -> (B, nh, T, d)
         B, T, C = t.shape
@@ -105,6 +115,8 @@ class SelfAttention(nn.Module):
         if self.S is not None:
             q = torch.einsum("bhtd,hde->bhte", q, self.S)  # pairwise: (q S_h) q^T. Not q @ S: its broadcast
             # backward is ~100x slower on CPU
+        if self.score_gain is not None:
+            q = q * self.score_gain
         return q, k
 
     def forward(self, x, mask=None):
@@ -113,11 +125,10 @@ class SelfAttention(nn.Module):
                                            dropout_p=self.dropout if self.training else 0.0, scale=self.scale)
         return self.out(self.sub_ln(y.transpose(1, 2).reshape(B, T, C)))
 
-    def attention_probs(self, x, mask=None):
-        """[(B, nh, T, T) attention probabilities], for diagnostics (the fused kernel never forms them)."""
+    def scores(self, x, mask=None):
+        """[(B, nh, T, T) scores before the softmax], for diagnostics (the fused kernel never forms them)."""
         q, k = self.qk(x)
-        scores = q @ k.transpose(-1, -2) * self.scale
-        return [scores.masked_fill(~mask, float("-inf")).softmax(-1) if mask is not None else scores.softmax(-1)]
+        return [q @ k.transpose(-1, -2) * self.scale]
 
 
 class AdditiveAttention(nn.Module):
@@ -138,31 +149,32 @@ class AdditiveAttention(nn.Module):
         self.out = nn.Linear(cfg.n_embd, cfg.n_embd)
 
     def attend(self, x, mask=None):
-        """(u, q, [alpha, beta]): u_i = k_g * v_i and q_i per head, and the two pooling softmaxes (B, nh, T, 1)."""
+        """(u, q, [s_alpha, s_beta]): u_i = k_g * v_i and q_i per head, and the scores of the two pooling
+        softmaxes (B, nh, T, 1), before masking."""
         B, T, C = x.shape
         heads = lambda t: t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, d)
 
-        def weights(t, w):  # softmax over the real tokens of (w . t_i / sqrt(d))
-            scores = (t @ w) / math.sqrt(t.size(-1))  # (B, nh, T, 1)
+        def weights(scores):  # softmax over the real tokens
             if mask is not None:
                 scores = scores.masked_fill(~mask.transpose(-1, -2), float("-inf"))
             return scores.softmax(dim=2)
 
+        score = lambda t, w: (t @ w) / math.sqrt(t.size(-1))  # w . t_i / sqrt(d), (B, nh, T, 1)
         q = self.query(x)
-        alpha = weights(heads(q), self.w_q)
-        p = (alpha * heads(q)).sum(dim=2, keepdim=True) * heads(self.key(x))  # q_g * k_i
-        beta = weights(p, self.w_k)
-        u = (beta * p).sum(dim=2, keepdim=True) * heads(self.value(x))  # k_g * v_i
-        return u, q, [alpha, beta]
+        s_alpha = score(heads(q), self.w_q)
+        p = (weights(s_alpha) * heads(q)).sum(dim=2, keepdim=True) * heads(self.key(x))  # q_g * k_i
+        s_beta = score(p, self.w_k)
+        u = (weights(s_beta) * p).sum(dim=2, keepdim=True) * heads(self.value(x))  # k_g * v_i
+        return u, q, [s_alpha, s_beta]
 
     def forward(self, x, mask=None):
         B, T, C = x.shape
         u, q, _ = self.attend(x, mask)
         return self.out(self.sub_ln(u.transpose(1, 2).reshape(B, T, C))) + q
 
-    def attention_probs(self, x, mask=None):
-        """[alpha, beta] as (B, nh, 1, T): one distribution over the tokens per head, for diagnostics."""
-        return [p.transpose(-1, -2) for p in self.attend(x, mask)[2]]
+    def scores(self, x, mask=None):
+        """The two pooling softmaxes' scores as (B, nh, 1, T): one distribution over the tokens per head."""
+        return [s.transpose(-1, -2) for s in self.attend(x, mask)[2]]
 
 
 class Layer(nn.Module):
@@ -222,27 +234,47 @@ def attention_entropy(p, real):
     return (-torch.xlogy(p, p).sum(-1) / n.log()[:, None, None]).mean()
 
 
+def row_std(scores, real):
+    """Mean over the rows of scores (B, nh, n_queries, T) of their standard deviation over the real keys."""
+    w = real[:, None, None, :].to(scores.dtype).expand_as(scores)
+    mean = (scores * w).sum(-1) / w.sum(-1)
+    return (((scores - mean[..., None]) ** 2 * w).sum(-1) / w.sum(-1)).sqrt().mean()
+
+
 @torch.no_grad()
 def diagnostics(encoder, idx, attention_mask=None):
     """What a loss plateau looks like (Gopalani & Hu 2025): per layer, the mean normalised attention entropy of
-    its input (1.0 = uniform; an additive layer: the mean over its two pooling softmaxes), and representation
-    collapse: the mean cosine similarity between the final hidden states of different positions of a sequence
-    (1.0 = all parallel). Eager and explicit: call it on one batch, in eval mode."""
+    its input (1.0 = uniform; an additive layer: the mean over its two pooling softmaxes) and the spread of its
+    scores before the softmax (`score_std`: the standard deviation over the keys, averaged over the queries);
+    and representation collapse: the mean cosine similarity between the final hidden states of different
+    positions of a sequence (1.0 = all parallel). `probe` (not for the log): each layer's scores on the first
+    sequence's first 128 positions, to measure how fast the scores move between two calls. Eager and explicit:
+    call it on one batch, in eval mode."""
     real = attention_mask.bool() if attention_mask is not None else torch.ones_like(idx, dtype=torch.bool)
     x, mask = encoder.embed(idx), padding_mask(attention_mask)
-    entropy = []
+    entropy, spread, probe = [], [], []
     for layer in encoder.layers:
-        probs = layer.attn.attention_probs(x, mask)
-        entropy.append(sum(attention_entropy(p.float(), real).item() for p in probs) / len(probs))
+        scores = [s.float() for s in layer.attn.scores(x, mask)]
+        probs = [(s.masked_fill(~mask, float("-inf")) if mask is not None else s).softmax(-1) for s in scores]
+        entropy.append(sum(attention_entropy(p, real).item() for p in probs) / len(probs))
+        spread.append(sum(row_std(s, real).item() for s in scores) / len(scores))
+        probe.append(torch.cat([s[0, :, :128, :128].reshape(-1) for s in scores]).cpu())
         x = layer(x, mask)
     h = F.normalize(x.float(), dim=-1)
     pairs = real[:, :, None] & real[:, None, :] & ~torch.eye(idx.size(1), dtype=torch.bool, device=idx.device)
-    return {"attn_entropy": entropy, "collapse": (h @ h.transpose(1, 2))[pairs].mean().item()}
+    return {"attn_entropy": entropy, "score_std": spread, "collapse": (h @ h.transpose(1, 2))[pairs].mean().item(),
+            "probe": probe}
+
+
+def score_change(probe, before, steps):
+    """Per layer, the root-mean-square change of the probe's scores (diagnostics) per step, over `steps` steps."""
+    return [((a - b).pow(2).mean().sqrt() / steps).item() for a, b in zip(probe, before)]
 
 
 def _init_weights(module):
     """BERT's init: N(0, 0.02) for linear and embedding weights, zero biases, LayerNorm 1/0; S ~ N(0, 1) (or
-    N(0, s_init_std^2)); with symmetric_init, each original layer's key starts equal to its query."""
+    N(0, s_init_std^2)); query and key weights x qk_init_scale (the same draws, scaled); with symmetric_init, each
+    original layer's key starts equal to its query."""
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
@@ -257,6 +289,11 @@ def _init_weights(module):
     for m in module.modules():  # after the linears above: the key copies an initialised query
         if isinstance(m, SelfAttention) and m.S is not None:
             nn.init.normal_(m.S, std=m.s_init_std)
+        if isinstance(m, SelfAttention) and m.qk_init_scale != 1.0:
+            with torch.no_grad():
+                for proj in (m.query, m.key):
+                    if proj is not None:
+                        proj.weight.mul_(m.qk_init_scale)
         if isinstance(m, SelfAttention) and m.symmetric_init:
             m.key.load_state_dict(m.query.state_dict())  # copied values, not shared tensors: both train freely
 
@@ -289,13 +326,33 @@ class Bert(nn.Module):
         x = self.head_ln(F.gelu(self.head_dense(x)))
         return F.linear(x, self.encoder.wte.weight, self.head_bias)
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, eps, device_type):
-        """AdamW; weight decay on tensors with 2+ dims (matmul weights, embeddings, S), none on biases/LN."""
+    def configure_optimizers(self, weight_decay, learning_rate, betas, eps, device_type, qk_lr_scale=1.0):
+        """AdamW; weight decay on tensors with 2+ dims (matmul weights, embeddings, S), none on biases/LN. With
+        qk_lr_scale, the query and key projections have their own groups: learning rate x qk_lr_scale (each
+        group's lr_scale, which the schedule applies) and weight decay / qk_lr_scale, so that the decay per step
+        (lr x weight_decay under AdamW) is the same as everywhere else."""
+        qk = {id(p) for m in self.modules() if isinstance(m, SelfAttention) and qk_lr_scale != 1.0
+              for proj in (m.query, m.key) if proj is not None for p in proj.parameters()}
         params = [p for p in self.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        groups = []
+        for scale, ps in ((1.0, [p for p in params if id(p) not in qk]),
+                          (qk_lr_scale, [p for p in params if id(p) in qk])):
+            groups += [{"params": [p for p in ps if p.dim() >= 2], "weight_decay": weight_decay / scale,
+                        "lr": learning_rate * scale, "lr_scale": scale},
+                       {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0, "lr": learning_rate * scale,
+                        "lr_scale": scale}] if ps else []
         fused = device_type in ("cuda", "cpu")  # one kernel for all parameters instead of a loop over them
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=eps, fused=fused)
+
+    def anneal_scores(self, step):
+        """Heat treatment (Hoffmann et al. 2024): the scores' multiplier at `step` goes from score_scale at step 0 to
+        1 at step score_scale_warmup by a half-cosine, and stays 1 (the plain operator). Nothing without a warmup."""
+        n, c = self.config.score_scale_warmup, self.config.score_scale
+        if n:
+            gain = 1.0 + (c - 1.0) * 0.5 * (1.0 + math.cos(math.pi * step / n)) if step < n else 1.0
+            for m in self.modules():
+                if isinstance(m, SelfAttention):
+                    m.score_gain.fill_(gain)
 
     def flops_per_token(self, T, pred_frac):
         """Training FLOPs per input token (forward + backward = 3x forward, 2 FLOPs per multiply-add).

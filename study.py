@@ -16,6 +16,7 @@ Interrupted runs are resumed from out/study/; re-running the command continues.
 """
 import datetime
 import json
+import math
 import os
 import platform
 import signal
@@ -35,10 +36,7 @@ from rundir import (END_KEYS, MACHINE_KEYS, atomic_write, first_step_below, load
 # -----------------------------------------------------------------------------
 base = 'config/study.py'  # the train.py config every arm starts from
 arms = ''  # '' = every arm of ARMS (below), in its order; or a comma list of them
-seeds = ''  # '' = n_seeds (or n_seeds_primary) paired seeds from first_seed on; a comma list = these, every arm
-n_seeds = 5  # paired seeds per arm when seeds is '' (the exploratory arms)
-n_seeds_primary = 15  # paired seeds of the primary arms: from a power calculation, fixed before their runs (README)
-primary = 'original,pairwise,original_scaled'  # the confirmatory comparisons: each arm here against the original
+seeds = ''  # '' = each arm's pre-registered number of paired seeds (SEEDS) from first_seed on; a comma list = these
 first_seed = 2  # seed 1 made the pilot runs that fixed the criterion and the cap (README): not part of the results
 drop = 0.7  # the criterion: first eval step with loss <= U - drop (U: the unigram predictor's eval loss)
 sweep = '0.5,0.6,0.7,0.8,0.9'  # other drops, to show whether the order depends on the one criterion
@@ -52,16 +50,34 @@ summary = 'assets/study.json'  # '' = none
 figures = 'assets/study'  # output prefix of the figures; '' = none
 train = True  # False: run nothing; summarise the records there are (the missing runs are listed)
 # -----------------------------------------------------------------------------
-ARMS = {  # name: (legend label, train.py overrides of the base config)
-    'original': ('original', ['--attention_type=original']),
-    'pairwise': ('pairwise', ['--attention_type=pairwise']),
-    'pairwise_small_s': ('pairwise, S ~ N(0, 0.02^2)', ['--attention_type=pairwise', '--s_init_std=0.02']),
-    'symmetric': ('symmetric', ['--attention_type=symmetric']),
+ARMS = {  # name: (legend label, train.py overrides of the base config, family)
+    'original': ('original', ['--attention_type=original'], 'primary'),
+    'pairwise': ('pairwise', ['--attention_type=pairwise'], 'primary'),
+    'pairwise_small_s': ('pairwise, S ~ N(0, 0.02^2)', ['--attention_type=pairwise', '--s_init_std=0.02'],
+                         'exploratory'),
+    'symmetric': ('symmetric', ['--attention_type=symmetric'], 'exploratory'),
     # sqrt(d) = 8 for the base config's d = 64: the original's scores start as wide as pairwise's (tests/test_model.py)
-    'original_scaled': ('original, scores x sqrt(d)', ['--attention_type=original', '--score_scale=8.0']),
-    'pairwise_frozen_s': ('pairwise, S frozen at N(0, 1)', ['--attention_type=pairwise', '--freeze_s=True']),
-    'original_sym_init': ('original, key = query at init', ['--attention_type=original', '--symmetric_init=True']),
+    'original_scaled': ('original, scores x sqrt(d)', ['--attention_type=original', '--score_scale=8.0'], 'primary'),
+    'pairwise_frozen_s': ('pairwise, S frozen at N(0, 1)', ['--attention_type=pairwise', '--freeze_s=True'],
+                          'exploratory'),
+    'original_sym_init': ('original, key = query at init', ['--attention_type=original', '--symmetric_init=True'],
+                          'exploratory'),
+    # start or step, c = 8: a multiplier c widens the initial scores c times AND moves them c times further per Adam
+    # step; these arms take the two apart (README "The study")
+    'original_wide_start': ('original, scores x 8, q/k lr / 8',
+                            ['--attention_type=original', '--score_scale=8.0', '--qk_lr_scale=0.125'], 'start_or_step'),
+    'original_large_step': ('original, q/k lr x 8', ['--attention_type=original', '--qk_lr_scale=8.0'],
+                            'start_or_step'),
+    'original_wide_init': ('original, q/k init std x sqrt(8)',
+                           ['--attention_type=original', '--qk_init_scale=2.8284271247461903'], 'start_or_step'),
+    'original_heat': ('original, heat treatment (x 8 -> 1 by step 500)',
+                      ['--attention_type=original', '--score_scale=8.0', '--score_scale_warmup=500'], 'start_or_step'),
 }
+SEEDS = {'primary': 15, 'exploratory': 5, 'start_or_step': 10}  # paired seeds per arm, fixed before the runs (README)
+REFERENCES = {'primary': ['original'], 'exploratory': ['original'], 'start_or_step': ['original', 'original_scaled']}
+EQUIVALENCE = ('original_scaled', 'pairwise', np.log(1.25))  # TOST on log steps: a margin fixed before the runs
+ENTROPY_DROP, ENTROPY_REF = 0.8, 25  # the entropy endpoint: mean entropy < 0.8 x its value at step 25 (README)
+NEW_SEEDS = 7  # seeds from here on were run after the second stage was fixed: the replication
 RUN_KEYS_IGNORED = tuple(k for k in MACHINE_KEYS if k != 'dtype')  # where a run ran; its precision counts
 
 
@@ -93,24 +109,105 @@ def rmst(curve, cap):
     return float(sum((b - a) * s for (a, s), b in zip(curve, steps[1:])))
 
 
-def bootstrap_ci(x, n=10_000, seed=0):
-    """The 2.5 and 97.5 percentiles of the mean of x resampled with replacement (over seeds); None for one value.
-    With 3 values it is always [min, max] (a resample of one value three times has chance 1/27 > 2.5%)."""
-    if len(x) < 2:
+def t_cdf(t, df):
+    """Student's t distribution function, from the regularised incomplete beta function (a continued fraction,
+    evaluated by the modified Lentz method): P(T <= t) with df degrees of freedom."""
+    x, a, b = df / (df + t * t), df / 2, 0.5
+    if x >= 1:
+        return 0.5
+    flip = x > (a + 1) / (a + b + 2)  # the continued fraction converges fast below this point: use the symmetry
+    if flip:
+        x, a, b = 1 - x, b, a
+    front = np.exp(a * np.log(x) + b * np.log1p(-x) - np.log(a) - (math.lgamma(a) + math.lgamma(b)
+                                                                    - math.lgamma(a + b)))
+    f, c, d = 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        num = 1.0 if i == 0 else (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)) if i % 2 == 0 else
+                                  -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)))
+        d = 1.0 + num * d
+        d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
+        c = 1.0 + num / (c if abs(c) > 1e-300 else 1e-300)
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-15:
+            break
+    tail = front * (f - 1.0) / 2  # I_x(a, b) / 2: P(T > |t|)
+    tail = 0.5 - tail if flip else tail
+    return 1.0 - tail if t > 0 else tail
+
+
+def t_quantile(q, df):
+    lo, hi = -1e3, 1e3
+    for _ in range(200):  # bisection: t_cdf is monotone
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf(mid, df) < q else (lo, mid)
+    return (lo + hi) / 2
+
+
+def paired_t(d, level=0.95):
+    """Mean of the paired differences d, its two-sided t-interval at `level` and the two-sided p of mean = 0."""
+    d = np.asarray(d, float)
+    n, mean = len(d), float(d.mean())
+    se = float(d.std(ddof=1)) / np.sqrt(n)
+    if se == 0:
+        return mean, (mean, mean), 0.0 if mean else 1.0
+    h = t_quantile(1 - (1 - level) / 2, n - 1) * se
+    return mean, (mean - h, mean + h), 2 * t_cdf(-abs(mean) / se, n - 1)
+
+
+def sign_flip_p(d):
+    """Exact two-sided sign-flip (permutation) test of paired differences: every one of the 2^n sign patterns is
+    equally likely under no effect; p = the share whose |mean| is at least the observed. Its smallest value is
+    2 / 2^n (0.0625 at n = 5)."""
+    d = np.asarray(d, float)
+    signs = 1 - 2 * ((np.arange(2 ** len(d))[:, None] >> np.arange(len(d))) & 1)
+    return float(np.mean(np.abs(signs @ d) >= abs(d.sum()) - 1e-9))
+
+
+def holm(ps):
+    """Holm's step-down adjustment of m p-values: the k-th smallest times m - k + 1, kept monotone, at most 1."""
+    order, out, running = np.argsort(ps, kind='stable'), [0.0] * len(ps), 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - k) * ps[i]))
+        out[i] = running
+    return out
+
+
+def tost(d, margin):
+    """Two one-sided t-tests of |mean| < margin: (the 90% t-interval, p = the larger one-sided p). Equivalence is
+    shown at 5% when the interval lies inside (-margin, margin)."""
+    d = np.asarray(d, float)
+    mean, ci, _ = paired_t(d, 0.90)
+    se = float(d.std(ddof=1)) / np.sqrt(len(d))
+    p = max(1 - t_cdf((mean + margin) / se, len(d) - 1), t_cdf((mean - margin) / se, len(d) - 1)) if se else \
+        float(abs(mean) >= margin)
+    return ci, p
+
+
+def ranks(v):
+    """Ranks 1..n of the values v, tied values sharing their mean rank."""
+    v = np.asarray(v, float)
+    r = np.empty(len(v))
+    r[np.argsort(v, kind='stable')] = np.arange(1, len(v) + 1)
+    for x in np.unique(v):
+        r[v == x] = r[v == x].mean()
+    return r
+
+
+def spearman(x, y):
+    """Spearman's rank correlation; None with fewer than 3 pairs or a constant side."""
+    if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
         return None
-    x = np.asarray(x, float)
-    means = x[np.random.default_rng(seed).integers(0, len(x), (n, len(x)))].mean(1)
-    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
 
 
-def paired_ratio(num, den, cap):
-    """Ratio of steps to the criterion of two runs of one seed: '1.50', '> 1.50' (the numerator censored),
-    '< 1.50' (the denominator censored), or '-' (both censored)."""
-    if num is not None and den is not None:
-        return f"{num / den:.2f}"
-    if den is not None:
-        return f"> {cap / den:.2f}"
-    return f"< {num / cap:.2f}" if num is not None else "-"
+def entropy_step(evals, drop=ENTROPY_DROP, ref=ENTROPY_REF):
+    """The entropy endpoint: the first eval step after `ref` whose attention entropy (the mean over the layers)
+    is below drop x its value at `ref`; None if never (or no diagnostics)."""
+    mean = lambda r: float(np.mean(r['attn_entropy']))
+    start = next((mean(r) for r in evals if r['step'] == ref and 'attn_entropy' in r), None)
+    return None if start is None else next((r['step'] for r in evals if r['step'] > ref and mean(r) < drop * start),
+                                           None)
 
 
 def unigram_loss(data_dir, block_size, batch_size, eval_iters):
@@ -160,9 +257,10 @@ def write_record(path, run, command, u):
 def cpu_name():
     try:
         with open('/proc/cpuinfo') as f:
-            return next((line.split(':', 1)[1].strip() for line in f if line.startswith('model name')), platform.processor())
+            names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
     except OSError:
-        return platform.processor()
+        names = []
+    return names[0] if names else platform.processor()
 
 
 def code_commit():
@@ -200,12 +298,10 @@ def plan_runs():
     check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
           (all(s.isdigit() for s in seeds.split(',')) if seeds else True, f"seeds must be a comma list of integers"),
           (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
-          (n_seeds >= 1 and n_seeds_primary >= 1, "n_seeds and n_seeds_primary must be >= 1"),
-          (all(a in ARMS for a in primary.split(',') if a), f"primary must be a comma list of {', '.join(ARMS)}"))
+          )
     plan = []
     for arm in arm_list:
-        n = n_seeds_primary if arm in primary.split(',') else n_seeds
-        for sd in (seeds.split(',') if seeds else [str(first_seed + i) for i in range(n)]):
+        for sd in (seeds.split(',') if seeds else [str(first_seed + i) for i in range(SEEDS[ARMS[arm][2]])]):
             cmd = [base, *ARMS[arm][1], f'--seed={sd}', *train_args.split()]
             plan.append((arm, sd, cmd))
     return sorted(plan, key=lambda p: (int(p[1]), arm_list.index(p[0])))  # seed-major: a partial study has every arm
@@ -265,37 +361,88 @@ def run_all(plan, u, cap):
         raise
 
 
+def run_endpoints(evals, u, cap):
+    """One run's endpoints: steps to the criterion (None: censored), the log of those steps (a censored run counts
+    as the cap: conservative), the eval loss at min_steps and at the cap, the entropy step and its log (a run
+    whose entropy never drops counts as its last step)."""
+    t, e = first_step_below(evals, u - drop), entropy_step(evals)
+    return {'steps': t, 'log_steps': math.log(t or cap), f'loss_at_{min_steps}': loss_at(evals, min_steps),
+            'loss_at_cap': loss_at(evals, cap), 'entropy_step': e,
+            'log_entropy_step': math.log(e or evals[-1]['step']) if 'attn_entropy' in evals[-1] else None}
+
+
+def compare(arm_runs, ref_runs, endpoint):
+    """Paired comparison arm - reference on an endpoint over the seeds both have: the t-interval, the t-test and the
+    exact sign-flip p, and the same on the new seeds alone (the replication)."""
+    both = sorted((sd for sd in set(arm_runs) & set(ref_runs)
+                   if arm_runs[sd][endpoint] is not None and ref_runs[sd][endpoint] is not None), key=int)
+    if len(both) < 2:
+        return None
+
+    def stats(seeds):
+        d = [arm_runs[sd][endpoint] - ref_runs[sd][endpoint] for sd in seeds]
+        mean, ci, p = paired_t(d)
+        return {'seeds': seeds, 'n': len(seeds), 'mean': mean, 'ci95': [float(ci[0]), float(ci[1])], 'p_t': float(p),
+                'p_sign_flip': sign_flip_p(d), 'per_seed': dict(zip(seeds, d))}
+    out = stats(both)
+    new = [sd for sd in both if int(sd) >= NEW_SEEDS]
+    out['new_seeds'] = stats(new) if len(new) >= 2 else None
+    return out
+
+
 def censored_summary(runs, u, cap):
     """runs: {arm: {seed: evals}} -> the summary: per arm the runs that met the criterion, the Kaplan-Meier median
-    and restricted mean steps, the eval loss at min_steps; paired with the original by seed: loss differences with
-    a bootstrap interval and ratios of steps (bounds where censored); the same medians for every drop of the sweep."""
+    and restricted mean steps, the eval loss at min_steps, the entropy endpoint and how it goes with the exit; the
+    paired comparisons of each arm with its references (t-intervals, t and exact sign-flip tests, Holm within each
+    family and endpoint, the new seeds alone); the equivalence test; the medians at every drop of the sweep."""
     def times(evals, level):
         t = first_step_below(evals, level)
         return (t, True) if t is not None else (evals[-1]['step'], False)
 
     level = u - drop
     runs = {arm: {sd: [r for r in e if r['step'] <= cap] for sd, e in rs.items()} for arm, rs in runs.items()}
-    out = {'per_arm': {}, 'paired_with_original': {}, 'sweep': {}}
+    ends = {arm: {sd: run_endpoints(e, u, cap) for sd, e in rs.items()} for arm, rs in runs.items()}
+    out = {'per_arm': {}, 'comparisons': [], 'equivalence': None, 'sweep': {}}
     for arm, rs in runs.items():
         tt, ev = zip(*[times(e, level) for e in rs.values()])
         curve = kaplan_meier(tt, ev)
         losses = [loss_at(e, min_steps) for e in rs.values()]
+        ent = {sd: ends[arm][sd]['entropy_step'] for sd in rs}
+        pairs = [(ent[sd], ends[arm][sd]['steps']) for sd in rs if ent[sd] is not None and ends[arm][sd]['steps']]
         out['per_arm'][arm] = {
             'seeds': list(rs), 'reached': int(sum(ev)), 'n': len(rs),
             'steps_to_criterion': {s: (t if e else None) for s, t, e in zip(rs, tt, ev)},
             'km_median': km_median(curve), 'rmst': round(rmst(curve, cap), 1), 'km_curve': curve,
             f'loss_at_{min_steps}': {'mean': float(np.mean(losses)), 'sd': float(np.std(losses, ddof=1)) if len(rs) > 1
-                                     else None, 'per_seed': dict(zip(rs, losses))} if None not in losses else None}
-    for arm, rs in runs.items():
-        both = sorted((s for s in set(rs) & set(runs.get('original', {})) if loss_at(rs[s], min_steps) is not None
-                         and loss_at(runs['original'][s], min_steps) is not None), key=int)
-        if arm == 'original' or not both:
-            continue
-        diff = [loss_at(rs[s], min_steps) - loss_at(runs['original'][s], min_steps) for s in both]
-        out['paired_with_original'][arm] = {
-            'seeds': both, f'loss_diff_at_{min_steps}': float(np.mean(diff)), 'ci95': bootstrap_ci(diff),
-            'ratio_original_over_arm': {s: paired_ratio(first_step_below(runs['original'][s], level),
-                                                        first_step_below(rs[s], level), cap) for s in both}}
+                                     else None, 'per_seed': dict(zip(rs, losses))} if None not in losses else None,
+            'entropy_step': ent, 'entropy_step_median': float(np.median([v for v in ent.values() if v is not None]))
+            if any(v is not None for v in ent.values()) else None,
+            'entropy_vs_exit': {'n': len(pairs), 'spearman': spearman(*zip(*pairs)) if pairs else None,
+                                'lag_median': float(np.median([b - a for a, b in pairs])) if pairs else None}}
+    endpoints = ['log_steps', f'loss_at_{min_steps}', 'log_entropy_step', 'loss_at_cap']
+    for arm in runs:
+        for ref in REFERENCES[ARMS[arm][2]]:
+            for endpoint in endpoints:
+                c = compare(ends[arm], ends[ref], endpoint) if ref in runs and ref != arm else None
+                if c:
+                    out['comparisons'].append({'arm': arm, 'reference': ref, 'family': ARMS[arm][2],
+                                               'endpoint': endpoint, **c})
+    for family in SEEDS:  # Holm within each family and endpoint, over its comparisons (and again on the new seeds)
+        for endpoint in endpoints:
+            group = [c for c in out['comparisons'] if c['family'] == family and c['endpoint'] == endpoint]
+            for c, p in zip(group, holm([c['p_t'] for c in group])):
+                c['p_holm'] = p
+            group = [c for c in group if c['new_seeds']]
+            for c, p in zip(group, holm([c['new_seeds']['p_t'] for c in group])):
+                c['new_seeds']['p_holm'] = p
+    arm, ref, margin = EQUIVALENCE
+    if arm in ends and ref in ends:
+        both = sorted(set(ends[arm]) & set(ends[ref]), key=int)
+        if len(both) >= 2:
+            ci, p = tost([ends[arm][sd]['log_steps'] - ends[ref][sd]['log_steps'] for sd in both], margin)
+            out['equivalence'] = {'arm': arm, 'reference': ref, 'endpoint': 'log_steps', 'margin': float(margin),
+                                  'n': len(both), 'ci90': [float(ci[0]), float(ci[1])], 'p_tost': float(p),
+                                  'shown': bool(-margin < ci[0] and ci[1] < margin)}
     for d in (float(x) for x in sweep.split(',') if x):
         out['sweep'][f"{d:g}"] = {
             arm: {'km_median': km_median(kaplan_meier(*zip(*[times(e, u - d) for e in rs.values()]))),
@@ -369,40 +516,104 @@ def finished_runs(plan, recs, u, cap):
     return runs, missing, shared
 
 
+ENDPOINT_NAMES = {'log_steps': 'steps to the criterion (ratio, arm / reference)',
+                  'log_entropy_step': 'steps to the entropy drop (ratio, arm / reference)',
+                  'loss_at_cap': 'eval loss at the cap (difference, nats)'}
+
+
+def comparison_table(comparisons, endpoint):
+    """One endpoint's paired comparisons as a Markdown table: log endpoints as ratios of steps."""
+    ratio = endpoint.startswith('log_')
+    num = (lambda x: f"{math.exp(x):.2f}") if ratio else (lambda x: f"{x:+.3f}")
+    rows = [c for c in comparisons if c['endpoint'] == endpoint]
+    if not rows:
+        return
+    print(f"\n{ENDPOINT_NAMES.get(endpoint, f'eval loss at step {min_steps} (difference, nats)')}: mean [95% "
+          f"t-interval]; p: paired t, exact sign-flip, Holm (t, within the family); seeds {NEW_SEEDS}+ alone\n\n"
+          f"| arm - reference | family | seeds | mean [95% CI] | p (t) | p (sign-flip) | p (Holm) "
+          f"| seeds {NEW_SEEDS}+: n, mean [95% CI], p (t) |\n|---|---|---|---|---|---|---|---|")
+    for c in rows:
+        new = c['new_seeds']
+        rep = f"{new['n']}, {num(new['mean'])} [{num(new['ci95'][0])}, {num(new['ci95'][1])}], {new['p_t']:.3g}" \
+            if new else "-"
+        print(f"| {ARMS[c['arm']][0]} - {ARMS[c['reference']][0]} | {c['family']} | {c['n']} | {num(c['mean'])} "
+              f"[{num(c['ci95'][0])}, {num(c['ci95'][1])}] | {c['p_t']:.3g} | {c['p_sign_flip']:.3g} | "
+              f"{c['p_holm']:.3g} | {rep} |")
+
+
+def entropy_figure(runs, per_arm, path):
+    """Per arm, each seed's mean attention entropy against steps (thin lines), its entropy step (o) and the step it
+    met the criterion (x)."""
+    plt = plot.pyplot()
+    arms = [a for a in runs if any('attn_entropy' in r for e in runs[a].values() for r in e)]
+    cols = min(4, len(arms))
+    rows = -(-len(arms) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.5 * rows), dpi=150, squeeze=False, sharex=True,
+                             sharey=True)
+    for ax, arm in zip(axes.flat, arms):
+        for sd, evals in runs[arm].items():
+            steps = [r['step'] for r in evals if 'attn_entropy' in r]
+            ent = {r['step']: float(np.mean(r['attn_entropy'])) for r in evals if 'attn_entropy' in r}
+            line = ax.plot(steps, [ent[t] for t in steps], lw=0.7, alpha=0.8)[0]
+            for t, m in ((per_arm[arm]['entropy_step'][sd], 'o'), (per_arm[arm]['steps_to_criterion'][sd], 'x')):
+                if t is not None and t in ent:
+                    ax.plot([t], [ent[t]], m, color=line.get_color(), ms=3)
+        ax.set_title(f"{ARMS[arm][0]} ({len(runs[arm])})", fontsize=7)
+        ax.tick_params(labelsize=6)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(arms):]:
+        ax.axis('off')
+    axes[0, 0].set_ylabel('attention entropy / log(keys)', fontsize=7)
+    fig.suptitle(f"mean attention entropy per seed; o: below {ENTROPY_DROP:g} x its step-{ENTROPY_REF} value, "
+                 f"x: eval loss <= U - {drop:g}", fontsize=8)
+    plot.save(fig, path)
+    plt.close(fig)
+
+
 def report(runs, missing, shared, u, cap):
     """The summary's tables (Markdown, printed), assets/study.json and the figures."""
     s, level = censored_summary(runs, u, cap), u - drop
     print(f"\ncriterion: eval loss <= U - {drop:g} = {level:.4f} (U = {u:.4f}, the unigram predictor's eval loss); "
           f"cap {cap} steps\n\n| arm | seeds | met the criterion | median steps (Kaplan-Meier) | restricted mean steps "
-          f"| eval loss at {min_steps}: mean (sd) |\n|---|---|---|---|---|---|")
+          f"| eval loss at {min_steps}: mean (sd) | median entropy step | entropy step vs exit: Spearman, median lag "
+          f"|\n|---|---|---|---|---|---|---|---|")
     for arm, a in s['per_arm'].items():
-        l = a[f'loss_at_{min_steps}']
+        l, ev = a[f'loss_at_{min_steps}'], a['entropy_vs_exit']
         loss = f"{l['mean']:.3f}" + (f" ({l['sd']:.3f})" if l['sd'] is not None else "") if l else "-"
+        ent = f"{a['entropy_step_median']:.0f}" if a['entropy_step_median'] is not None else "never"
+        rel = (f"{ev['spearman']:+.2f}" if ev['spearman'] is not None else "-") + \
+            (f", {ev['lag_median']:.0f} ({ev['n']})" if ev['lag_median'] is not None else "")
         print(f"| {ARMS[arm][0]} | {len(a['seeds'])} | {a['reached']} of {a['n']} | {fmt_steps(a, cap)} "
-              f"| {a['rmst']:.0f} | {loss} |")
-    print(f"\n| arm - original, paired by seed | seeds | eval loss at {min_steps}: mean difference [95% bootstrap] "
-          f"| steps to criterion, original / arm, per seed |\n|---|---|---|---|")
-    for arm, p in s['paired_with_original'].items():
-        ci = f" [{p['ci95'][0]:+.3f}, {p['ci95'][1]:+.3f}]" if p['ci95'] else ""
-        print(f"| {ARMS[arm][0]} | {len(p['seeds'])} | {p[f'loss_diff_at_{min_steps}']:+.3f}{ci} "
-              f"| {', '.join(p['ratio_original_over_arm'].values())} |")
+              f"| {a['rmst']:.0f} | {loss} | {ent} | {rel} |")
+    for endpoint in ('log_steps', f'loss_at_{min_steps}', 'log_entropy_step', 'loss_at_cap'):
+        comparison_table(s['comparisons'], endpoint)
+    e = s['equivalence']
+    if e:
+        print(f"\nequivalence, {ARMS[e['arm']][0]} - {ARMS[e['reference']][0]}, steps to the criterion: 90% interval "
+              f"of the ratio [{math.exp(e['ci90'][0]):.2f}, {math.exp(e['ci90'][1]):.2f}] against the margin "
+              f"[{math.exp(-e['margin']):.2f}, {math.exp(e['margin']):.2f}] (n = {e['n']}, TOST p = "
+              f"{e['p_tost']:.3g}): {'shown' if e['shown'] else 'not shown'}")
     print("\n| drop (nats below U) | " + " | ".join(ARMS[a][0] for a in runs) + " |\n|---|" + "---|" * len(runs))
     for d, row in s['sweep'].items():
         print(f"| {d} | " + " | ".join(f"{fmt_steps(r, cap)} ({r['reached']}/{r['n']})" for r in row.values())
               + " |")
     if summary:
-        overridden = {o.split('=')[0] for _, overrides in ARMS.values() for o in overrides}
+        overridden = {o.split('=')[0] for _, overrides, _ in ARMS.values() for o in overrides}
         write_json(summary, {
             'criterion': f"first eval step with eval loss <= U - {drop:g}, U = {u:.5f} (unigram predictor); cap {cap}",
             'unigram_loss': u, 'level': level, 'drop': drop, 'cap': cap, 'min_steps': min_steps, 'base_config': base,
+            'entropy_endpoint': f"first eval step after {ENTROPY_REF} with mean attention entropy < {ENTROPY_DROP:g} x "
+                                f"its step-{ENTROPY_REF} value",
             'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + END_KEYS + ('seed',)
                          and f'--{k}' not in overridden},
-            'arms': {a: {'label': ARMS[a][0], 'overrides': ARMS[a][1]} for a in runs}, 'missing': missing, **s})
+            'arms': {a: {'label': ARMS[a][0], 'overrides': ARMS[a][1], 'family': ARMS[a][2]} for a in runs},
+            'missing': missing, **s})
         print(f"wrote {summary}")
     if figures:
         paths = [os.path.join(records, f"{a}_s{sd}.jsonl") for a in runs for sd in runs[a]]
         plot.main(paths, '', [ARMS[a][0] for a in runs for _ in runs[a]], level, figures)  # labels hold commas
         survival_figure(s['per_arm'], cap, f"{figures}_survival")
+        entropy_figure(runs, s['per_arm'], f"{figures}_entropy")
 
 
 def main():

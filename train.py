@@ -35,9 +35,9 @@ from tqdm import tqdm
 
 from configurator import check, configure
 from dataloader import dataset_dir, eval_batches, load_dataset, n_masked, train_batch
-from engine import (compile_model, gpu_peak_flops, linear_schedule, one_line_out_of_memory, optimizer_step, set_up,
-                    set_up_processes)
-from model import Bert, BertConfig, diagnostics
+from engine import (compile_model, gpu_peak_flops, linear_schedule, one_line_out_of_memory, optimizer_step, set_lr,
+                    set_up, set_up_processes)
+from model import Bert, BertConfig, diagnostics, score_change
 from rundir import (all_finite, is_finished, lock_dir, open_log, open_run, remove_stale_temporaries,
                     save_checkpoint)
 
@@ -53,6 +53,8 @@ s_init_std = 1.0  # pairwise: S ~ N(0, s_init_std^2) (the paper: 1.0; the study'
 symmetric_init = False  # original: the key starts as a copy of the query (the study's ablation)
 score_scale = 1.0  # a fixed multiplier on the attention scores (the study's ablation: sqrt(d) for original)
 freeze_s = False  # pairwise: S stays at its initialisation (the study's ablation)
+qk_init_scale = 1.0  # query and key weights start with std 0.02 x this: scores x its square (start or step)
+score_scale_warmup = 0  # heat treatment: score_scale anneals to 1 over this many steps (half-cosine); 0 = constant
 n_layer, n_head, n_embd, n_inner = 12, 12, 768, 3072  # layers, heads, hidden size, MLP width
 block_size = 512  # sequence length; must divide the dataset's block size
 dropout = 0.1  # hidden and attention dropout
@@ -70,6 +72,7 @@ min_iters = 0  # see target_loss
 weight_decay = 0.01  # AdamW, on matrices and embeddings only
 beta1, beta2, eps = 0.9, 0.999, 1e-12  # AdamW
 grad_clip = 1.0  # max gradient norm (Hugging Face Trainer's default); 0 disables
+qk_lr_scale = 1.0  # the query and key projections' learning rate x this, their weight decay / this (start or step)
 # evaluation, logging, checkpoints
 eval_interval = 250  # steps between evals; each eval also rewrites out_dir/ckpt.pt
 eval_iters = 312  # eval batches: a fixed set of held-out blocks with a fixed masking (312 x 32 ~ the paper's 10k)
@@ -91,8 +94,9 @@ check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch
        "batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval and max_iters must be >= 1"),
       (0 < mask_prob < 1, f"mask_prob must be in (0, 1), got {mask_prob}"),
       (0 <= dropout < 1, f"dropout must be in [0, 1), got {dropout}"),
-      (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1,
-       "learning_rate and eps must be > 0, weight_decay and grad_clip >= 0, beta1 and beta2 in [0, 1)"),
+      (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1
+       and qk_lr_scale > 0, "learning_rate, eps and qk_lr_scale must be > 0, weight_decay and grad_clip >= 0, beta1 "
+                            "and beta2 in [0, 1)"),
       (warmup_iters >= 0 and checkpoint_interval >= 0, "warmup_iters and checkpoint_interval must be >= 0"),
       (min(n_layer, n_head, n_embd, n_inner, block_size) >= 1, "n_layer, n_head, n_embd, n_inner, block_size must be >= 1"))
 one_line_out_of_memory(f"train: out of GPU memory at batch_size {batch_size}: lower it and raise "
@@ -144,15 +148,20 @@ evals = eval_batches(val_data, eval_iters, batch_size, mask_prob, meta["special"
 # ---- the model, its optimizer and the state of a resumed run ----
 torch.manual_seed(seed + rank)  # DDP makes every process start from rank 0's weights
 raw_model = Bert(BertConfig(**model_args)).to(device)
-optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type)
+optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type, qk_lr_scale)
 scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
 iter_num, last_eval, eval_loss, rng = 0, -1, None, None  # last_eval: the latest eval's step (a resume skips it)
+probe = None  # (step, scores) of the latest eval: how fast the scores move (model.score_change)
 if ckpt is not None:
     raw_model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
+    try:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    except ValueError as e:  # parameter groups of another qk_lr_scale
+        raise SystemExit(f"train: {ckpt_path}'s optimizer state does not fit these settings ({e}): resume with the "
+                         f"run's own qk_lr_scale ({ckpt['config'].get('qk_lr_scale', 1.0)})")
     if scaler.is_enabled() and ckpt.get("scaler"):  # empty when the run was not fp16
         scaler.load_state_dict(ckpt["scaler"])
-    iter_num, last_eval = ckpt["iter_num"], ckpt.get("last_eval", ckpt["iter_num"])
+    iter_num, last_eval, probe = ckpt["iter_num"], ckpt.get("last_eval", ckpt["iter_num"]), ckpt.get("probe")
     eval_loss = ckpt.get("eval_loss") if last_eval == iter_num else None  # a run stopped at target_loss stays so
     rng = ckpt["rng"][rank] if len(ckpt["rng"]) == world else None  # restored after compiling, which draws from it
     if master:
@@ -230,7 +239,7 @@ def checkpoint(path, full=True):
     if not all_finite(raw_model.parameters()):
         stop("the weights are not finite (NaN/inf)")
     state = {"model": raw_model.state_dict(), "model_args": model_args, "iter_num": iter_num, "config": config,
-             "last_eval": last_eval, "eval_loss": eval_loss}
+             "last_eval": last_eval, "eval_loss": eval_loss, "probe": probe}
     if full:
         rng = {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state() if device_type == "cuda" else None}
         rngs = [rng]
@@ -260,9 +269,13 @@ while True:
         if master:
             say(f"stopped by signal {stopping} at step {iter_num}; saved {ckpt_path} (continue with --init_from=resume)")
         break
+    raw_model.anneal_scores(iter_num)  # heat treatment: the scores' multiplier at this step (else nothing)
     if (iter_num % eval_interval == 0 or iter_num == max_iters) and last_eval != iter_num:
         eval_loss, eval_acc, diag = evaluate()
-        last_eval = iter_num
+        scores = diag.pop("probe")
+        if probe is not None:  # how fast the scores moved since the last eval
+            diag["score_change"] = score_change(scores, probe[1], iter_num - probe[0])
+        last_eval, probe = iter_num, (iter_num, scores)
         if not math.isfinite(eval_loss):
             stop(f"eval loss is {eval_loss}")
         if master:
@@ -279,8 +292,7 @@ while True:
         break  # at max_iters, or target_loss met at this eval (which saved it)
 
     lr = linear_schedule(iter_num, learning_rate, warmup_iters, max_iters, decay_lr)
-    for group in optimizer.param_groups:
-        group["lr"] = lr
+    set_lr(optimizer, lr)
     train_loss = torch.zeros((), device=device)
     for micro in range(accum):
         if ddp:  # sync gradients only on the last micro-step

@@ -63,6 +63,23 @@ def test_exported_masked_lm_gives_our_logits(tmp_path, attention_type, score_sca
     torch.testing.assert_close(b[mask.bool()], a[mask.bool()], atol=tol, rtol=tol)  # padded rows mean nothing
 
 
+@pytest.mark.parametrize("attention_type,step", [("original", 3), ("original", 8), ("symmetric", 3), ("pairwise", 20)])
+def test_a_heat_treated_checkpoint_exports_the_multiplier_it_is_at(tmp_path, attention_type, step):
+    """Heat treatment: a checkpoint during the anneal exports its current multiplier; after it (step >= 8), the
+    plain operator, a stock layer as any other."""
+    torch.manual_seed(1)
+    ours = perturbed(Bert(BertConfig(**TINY, attention_type=attention_type, score_scale=8.0, score_scale_warmup=8)))
+    ours = ours.double()
+    ours.anneal_scores(step)
+    ck = {"model": ours.state_dict(), "model_args": vars(ours.config), "iter_num": step}
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(write_export(ck, tmp_path / "hf"), dtype=torch.float64)
+    idx, mask, types = inputs()
+    with torch.no_grad():
+        a = ours(idx, attention_mask=mask, token_type_ids=types)[0]
+        b = hf.eval()(input_ids=idx, attention_mask=mask, token_type_ids=types).logits
+    torch.testing.assert_close(b[mask.bool()], a[mask.bool()], atol=1e-10, rtol=1e-10)
+
+
 def test_exported_tokenizer_gives_our_ids(tmp_path):
     import finetune_glue as fg
     model = Bert(BertConfig(**TINY))

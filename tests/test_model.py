@@ -373,7 +373,27 @@ def test_diagnostics_uniform_attention_and_collapse(attention_type):
         model.encoder.layers[-1].ln_mlp.bias.copy_(torch.randn(32))
     d = diagnostics(model.encoder, idx, mask)
     assert d["attn_entropy"] == pytest.approx([1.0, 1.0], abs=1e-5)
+    assert d["score_std"] == pytest.approx([0.0, 0.0], abs=1e-6)  # constant scores have no spread
     assert d["collapse"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_score_spread_and_how_fast_the_scores_move():
+    from model import diagnostics, row_std, score_change
+
+    real = torch.tensor([[True, True, True, False]])
+    scores = torch.tensor([[[[1.0, 3.0, 5.0, 100.0]]]])  # the padding key does not count: the std of 1, 3, 5
+    assert row_std(scores, real).item() == pytest.approx(math.sqrt(8 / 3))
+    model = tiny("original").eval()
+    idx = torch.randint(0, 97, (2, 12))
+    d = diagnostics(model.encoder, idx)
+    probe = d["probe"]
+    assert [p.shape for p in probe] == [torch.Size([4 * 12 * 12])] * 2  # the first sequence, every head
+    assert score_change(probe, probe, 25) == [0.0, 0.0]
+    assert score_change([p + 2.5 for p in probe], probe, 25) == pytest.approx([0.1, 0.1])  # 2.5 over 25 steps
+    attn = model.encoder.layers[0].attn
+    q, k = attn.qk(model.encoder.embed(idx))
+    ref = (q @ k.transpose(-1, -2) * attn.scale).std(-1, unbiased=False).mean().item()
+    assert d["score_std"][0] == pytest.approx(ref, rel=1e-5)  # the first layer sees the embeddings
 
 
 def test_s_init_std_sets_the_scale_of_S():
@@ -450,3 +470,78 @@ def test_freeze_s_keeps_S_at_its_initialisation_and_trains_the_rest():
     assert trained.encoder.layers[0].attn.S.requires_grad
     with pytest.raises(ValueError, match="freeze_s"):
         BertConfig(attention_type="original", freeze_s=True)
+
+
+# ---- start or step: wide init without a multiplier, the Q/K learning rate, heat treatment --------------------
+def test_qk_init_scale_widens_the_initial_scores_by_its_square():
+    original = initial_score_std(attention_type="original")
+    assert 0.9 < initial_score_std(attention_type="original", qk_init_scale=8 ** 0.5) / original / 8 < 1.1
+    torch.manual_seed(0)
+    plain = Bert(BertConfig(**TINY))
+    torch.manual_seed(0)
+    wide = Bert(BertConfig(**TINY, qk_init_scale=3.0))  # the same draws, scaled: nothing else moves
+    for (name, a), b in zip(plain.state_dict().items(), wide.state_dict().values()):
+        scaled = name.endswith(("attn.query.weight", "attn.key.weight"))
+        assert torch.equal(a * 3.0 if scaled else a, b), name
+    with pytest.raises(ValueError, match="qk_init_scale"):
+        BertConfig(qk_init_scale=0.0)
+
+
+def test_qk_lr_scale_gives_query_and_key_their_own_step_and_the_same_decay():
+    from engine import set_lr
+    model = tiny("original")
+    opt = model.configure_optimizers(0.01, 1e-3, (0.9, 0.999), 1e-12, "cpu", qk_lr_scale=8.0)
+    qk = {id(p) for l in model.encoder.layers for m in (l.attn.query, l.attn.key) for p in m.parameters()}
+    for g in opt.param_groups:
+        is_qk = {id(p) in qk for p in g["params"]}
+        assert len(is_qk) == 1  # a group is all query/key or none
+        assert g["lr_scale"] == (8.0 if is_qk.pop() else 1.0)
+        assert g["lr"] * g["weight_decay"] in (pytest.approx(1e-3 * 0.01), 0.0)  # AdamW's decay per step: the same
+    set_lr(opt, 2e-3)
+    assert sorted({g["lr"] for g in opt.param_groups}) == pytest.approx([2e-3, 1.6e-2])
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    idx = torch.randint(0, 97, (4, 12))
+    model(idx, torch.where(torch.rand(4, 12) < 0.3, idx, -100))[1].backward()
+    opt.step()
+    step = lambda n: (model.get_parameter(n) - before[n]).abs().max().item()  # Adam's first step: ~lr per entry
+    assert step("encoder.layers.0.attn.query.weight") == pytest.approx(1.6e-2, rel=0.01)
+    assert step("encoder.layers.0.attn.value.weight") == pytest.approx(2e-3, rel=0.01)
+    groups = tiny("original").configure_optimizers(0.01, 1e-3, (0.9, 0.999), 1e-12, "cpu")
+    assert len(groups.param_groups) == 2  # no scale: the two usual groups
+
+
+def test_heat_treatment_anneals_the_multiplier_to_exactly_one():
+    model = tiny("original", score_scale=8.0, score_scale_warmup=10).eval()
+    gains = []
+    for step in (0, 5, 9, 10, 11, 1000):
+        model.anneal_scores(step)
+        gains.append(model.encoder.layers[0].attn.score_gain.item())
+    assert gains[0] == 8.0 and gains[1] == pytest.approx(4.5) and 1.0 < gains[2] < 1.2  # half-cosine: 8, 4.5 midway
+    assert gains[3:] == [1.0, 1.0, 1.0]  # exactly 1 from step 10 on
+    perturb_(model)
+    idx = torch.randint(0, 97, (2, 11))
+    plain = Bert(BertConfig(**{**vars(model.config), "score_scale": 1.0, "score_scale_warmup": 0})).eval()
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if "score_gain" not in k})
+    with torch.no_grad():
+        assert torch.equal(model.encoder(idx), plain.encoder(idx))  # after the anneal: the plain original
+        model.anneal_scores(5)
+        ref = ref_encoder(model.state_dict(), BertConfig(**{**vars(model.config), "score_scale": 4.5}), idx)
+        torch.testing.assert_close(model.double().encoder(idx), ref, atol=1e-9, rtol=1e-9)
+    assert "encoder.layers.0.attn.score_gain" in model.state_dict()  # a checkpoint holds the multiplier it is at
+    tiny("original").anneal_scores(3)  # no warmup: nothing to do
+    with pytest.raises(ValueError, match="score_scale_warmup"):
+        BertConfig(score_scale_warmup=-1)
+
+
+def test_heat_treatment_compiles_once():
+    """The multiplier is a tensor: torch.compile keeps one graph while it changes, and follows its value."""
+    torch._dynamo.reset()
+    model = tiny("original", score_scale=8.0, score_scale_warmup=4).eval()
+    compiled = torch.compile(model.encoder, backend="eager")
+    idx = torch.randint(0, 97, (2, 11))
+    with torch.no_grad():
+        for step in range(6):
+            model.anneal_scores(step)
+            torch.testing.assert_close(compiled(idx), model.encoder(idx))
+    frames = torch._dynamo.utils.counters["frames"]
+    assert frames["ok"] == 1, dict(frames)  # one compiled frame: no recompilation per value

@@ -1,6 +1,7 @@
 """study.py: the censored-time statistics on hand-made numbers with answers worked out by hand, the summary on
 hand-made logs, and the whole command on tiny runs (records written, nothing re-run, the summary rebuilt from the
 committed records alone)."""
+import itertools
 import json
 import os
 import shutil
@@ -34,16 +35,54 @@ def test_kaplan_meier_all_censored_and_majority_censored():
     assert study.km_median(curve) is None and study.rmst(curve, 1500) == pytest.approx(800 + 700 * 2 / 3)
 
 
-def test_bootstrap_interval_and_paired_ratios():
-    assert study.bootstrap_ci([0.3, 0.3, 0.3]) == pytest.approx((0.3, 0.3)) and study.bootstrap_ci([0.3]) is None
-    assert study.bootstrap_ci([0.0, 1.0]) == (0.0, 1.0)  # resampled means 0, 0.5, 1 with chances 1/4, 1/2, 1/4
-    lo, hi = study.bootstrap_ci(np.arange(10.0))
-    assert lo < 4.5 < hi and 2.5 < lo and hi < 6.5  # the mean 4.5, standard error ~0.9
-    assert study.paired_ratio(1200, 800, 2000) == "1.50"
-    assert study.paired_ratio(None, 800, 2000) == "> 2.50"  # the original never got there: at least cap / 800
-    assert study.paired_ratio(1000, None, 2000) == "< 0.50"
-    assert study.paired_ratio(None, None, 2000) == "-"
-    assert study.paired_ratio(0, 10, 100) == "0.00"  # a step-0 event is an event, not a censoring
+def test_students_t_against_closed_forms_and_scipy():
+    # df = 1 (Cauchy) and df = 2 have closed forms
+    for t in (-30.0, -2.0, -0.3, 0.0, 0.7, 4.0):
+        assert study.t_cdf(t, 1) == pytest.approx(0.5 + np.arctan(t) / np.pi, abs=1e-12)
+        assert study.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * np.sqrt(2 + t * t)), abs=1e-12)
+    assert study.t_quantile(0.975, 2) == pytest.approx(0.95 * np.sqrt(2 / (1 - 0.95 ** 2)), abs=1e-9)  # solved
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for t, df in itertools.product((-5.0, -1.3, 0.2, 2.1, 9.0), (4, 9, 14, 29)):
+        assert study.t_cdf(t, df) == pytest.approx(scipy_stats.t.cdf(t, df), abs=1e-12)
+    d = [-0.42, 0.1, -0.81, -0.2, -0.33, 0.05, -0.6]
+    mean, ci, p = study.paired_t(d)
+    ref = scipy_stats.ttest_1samp(d, 0.0)
+    assert p == pytest.approx(ref.pvalue, rel=1e-9) and ci == pytest.approx(tuple(ref.confidence_interval()), rel=1e-9)
+
+
+def test_paired_t_by_hand():
+    mean, (lo, hi), p = study.paired_t([1.0, 2.0, 3.0])  # mean 2, sd 1, se 1/sqrt(3), df 2
+    h = 0.95 * np.sqrt(2 / (1 - 0.95 ** 2)) / np.sqrt(3)  # t(0.975, 2), from the df = 2 closed form, x se
+    assert mean == 2.0 and lo == pytest.approx(2 - h) and hi == pytest.approx(2 + h)
+    t = 2 * np.sqrt(3)  # df = 2: P(|T| > t) = 1 - t / sqrt(2 + t^2)
+    assert p == pytest.approx(1 - t / np.sqrt(2 + t * t))
+    assert study.paired_t([0.5, 0.5]) == (0.5, (0.5, 0.5), 0.0)  # no spread at all
+
+
+def test_exact_sign_flip_holm_and_tost_by_hand():
+    assert study.sign_flip_p([0.1, 0.2, 0.3, 0.4, 0.5]) == 2 / 32  # all one sign: the smallest p at n = 5
+    assert study.sign_flip_p([1.0, -1.0]) == 1.0
+    # [3, -1, 2]: sums over the 8 sign patterns: +-(3-1+2)=4, +-(3+1+2)=6, +-(3-1-2)=0, +-(-3-1+2)=2 -> |sum| >= 4: 4
+    assert study.sign_flip_p([3.0, -1.0, 2.0]) == 4 / 8
+    assert study.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])  # 3 x 0.01, 2 x 0.03, max(1 x 0.04)
+    assert study.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    ci, p = study.tost([0.01, -0.02, 0.0, 0.02, -0.01], 0.5)  # tight around 0: inside a wide margin
+    assert -0.5 < ci[0] < ci[1] < 0.5 and p < 0.001
+    ci, p = study.tost([0.3, -0.4, 0.5, -0.2, 0.1], 0.1)  # wide: not shown
+    assert ci[0] < -0.1 and p > 0.05
+
+
+def test_spearman_and_the_entropy_endpoint():
+    assert study.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert study.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    ties = np.corrcoef([1, 2.5, 2.5, 4], [1, 3, 2, 4])[0, 1]  # the tied pair shares rank 2.5
+    assert study.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(ties)
+    assert study.spearman([1, 1, 1], [1, 2, 3]) is None and study.spearman([1, 2], [1, 2]) is None
+    ent = lambda steps: [{"step": s, "loss": 9.0, "attn_entropy": [e, e]} for s, e in steps]
+    # step 25: 0.9; the first eval after it below 0.8 x 0.9 = 0.72 is step 75 (0.71), not step 50 (0.73)
+    assert study.entropy_step(ent([(0, 1.0), (25, 0.9), (50, 0.73), (75, 0.71), (100, 0.5)])) == 75
+    assert study.entropy_step(ent([(0, 1.0), (25, 0.9), (50, 0.85)])) is None
+    assert study.entropy_step([{"step": 25, "loss": 9.0}]) is None  # no diagnostics recorded
 
 
 def test_unigram_loss_by_hand(tmp_path):
@@ -79,14 +118,37 @@ def test_summary_on_hand_made_curves(monkeypatch):
     assert o["km_median"] == 75 and o["rmst"] == pytest.approx(75 + 25 * 0.5)
     assert p["km_median"] == 50 and p["rmst"] == 50
     assert o["loss_at_50"]["per_seed"] == {"1": 4.9, "2": 4.9} and p["loss_at_50"]["mean"] == pytest.approx(4.45)
-    paired = s["paired_with_original"]["pairwise"]
-    assert paired["loss_diff_at_50"] == pytest.approx(-0.45)  # (4.4 - 4.9 + 4.5 - 4.9) / 2
-    assert paired["ci95"] == pytest.approx((-0.5, -0.4))
-    assert paired["ratio_original_over_arm"] == {"1": "1.50", "2": "> 2.00"}
+    c = {x["endpoint"]: x for x in s["comparisons"] if x["arm"] == "pairwise" and x["reference"] == "original"}
+    loss = c["loss_at_50"]  # differences -0.5 and -0.4: mean -0.45, se 0.05, t = -9 with 1 degree of freedom
+    assert loss["mean"] == pytest.approx(-0.45) and loss["per_seed"] == pytest.approx({"1": -0.5, "2": -0.4})
+    assert loss["p_t"] == pytest.approx(1 - 2 * np.arctan(9) / np.pi)  # Cauchy tails
+    assert loss["ci95"] == pytest.approx([-0.45 - 12.706204736 * 0.05, -0.45 + 12.706204736 * 0.05])
+    assert loss["p_sign_flip"] == 0.5 and loss["p_holm"] == loss["p_t"]  # the family's only comparison
+    # steps: 50 vs 75, and 50 vs the cap (the original's seed 2 never met it: counted as 100, conservative)
+    assert c["log_steps"]["per_seed"] == pytest.approx({"1": np.log(50 / 75), "2": np.log(50 / 100)})
+    assert "log_entropy_step" not in c and "loss_at_cap" not in c  # no diagnostics; nobody reached the cap
     # the sweep, 0.2 below U (4.8): original 75 and 75 (4.8 <= 4.8 counts); pairwise 50 and 50 (4.9 > 4.8 at 25)
     assert s["sweep"]["0.2"]["original"] == {"km_median": 75, "reached": 2, "n": 2}
     assert s["sweep"]["0.2"]["pairwise"] == {"km_median": 50, "reached": 2, "n": 2}
     assert s["sweep"]["0.5"]["original"] == {"km_median": 75, "reached": 1, "n": 2}
+
+
+def test_comparisons_holm_within_a_family_and_the_new_seeds_alone(monkeypatch):
+    monkeypatch.setattr(study, "drop", 0.5)
+    monkeypatch.setattr(study, "min_steps", 50)
+    monkeypatch.setattr(study, "sweep", "")
+    seeds = ["2", "7", "8", "9"]
+    base = {sd: evals([9, 5.0, 4.9, 4.4]) for sd in seeds}  # loss 4.9 at step 50
+    arm = lambda ds: {sd: evals([9, 5.0, 4.9 + d, 4.4]) for sd, d in zip(seeds, ds)}
+    runs = {"original": base, "pairwise": arm([-0.3, -0.2, -0.25, -0.35]), "original_scaled": arm([0.1, -0.1, 0, 0.05]),
+            "symmetric": arm([-0.3, -0.2, -0.25, -0.35])}
+    c = {(x["arm"], x["endpoint"]): x for x in study.censored_summary(runs, 5.0, 100)["comparisons"]}
+    primary = [c[("pairwise", "loss_at_50")], c[("original_scaled", "loss_at_50")]]
+    assert [x["p_holm"] for x in primary] == pytest.approx(study.holm([x["p_t"] for x in primary]))
+    sym = c[("symmetric", "loss_at_50")]  # the same numbers as pairwise, but alone in its family: no adjustment
+    assert sym["p_t"] == pytest.approx(primary[0]["p_t"]) and sym["p_holm"] == sym["p_t"] < primary[0]["p_holm"]
+    new = primary[0]["new_seeds"]  # seeds 7, 8, 9 (NEW_SEEDS = 7): the replication
+    assert new["seeds"] == ["7", "8", "9"] and new["mean"] == pytest.approx(-0.8 / 3)
 
 
 def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
@@ -156,17 +218,15 @@ def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
     assert p.returncode == 1 and "original_s1 is in use by a test" in p.stderr and not (tmp_path / "rec").exists()
 
 
-def test_the_plan_gives_the_primary_arms_their_own_number_of_seeds(monkeypatch):
-    monkeypatch.setattr(study, "arms", "original,symmetric,pairwise")
-    monkeypatch.setattr(study, "primary", "original,pairwise")
-    monkeypatch.setattr(study, "n_seeds", 2)
-    monkeypatch.setattr(study, "n_seeds_primary", 4)
+def test_the_plan_gives_each_family_its_own_number_of_seeds(monkeypatch):
+    monkeypatch.setattr(study, "arms", "original,symmetric,original_heat")
     plan = study.plan_runs()
-    seeds = {arm: [sd for a, sd, _ in plan if a == arm] for arm in ("original", "symmetric", "pairwise")}
-    assert seeds == {"original": ["2", "3", "4", "5"], "symmetric": ["2", "3"], "pairwise": ["2", "3", "4", "5"]}
+    seeds = {arm: [sd for a, sd, _ in plan if a == arm] for arm in ("original", "symmetric", "original_heat")}
+    assert seeds == {"original": [str(s) for s in range(2, 2 + study.SEEDS["primary"])],
+                     "symmetric": [str(s) for s in range(2, 2 + study.SEEDS["exploratory"])],
+                     "original_heat": [str(s) for s in range(2, 2 + study.SEEDS["start_or_step"])]}
     assert [sd for _, sd, _ in plan] == sorted((sd for _, sd, _ in plan), key=int)  # seed-major
     monkeypatch.setattr(study, "seeds", "7,9")  # a list given: every arm has exactly those
     assert {sd for _, sd, _ in study.plan_runs()} == {"7", "9"} and len(study.plan_runs()) == 6
-    monkeypatch.setattr(study, "primary", "original,orig")
-    with pytest.raises(SystemExit, match="primary must be a comma list"):
-        study.plan_runs()
+    heat = next(cmd for a, _, cmd in study.plan_runs() if a == "original_heat")
+    assert "--score_scale_warmup=500" in heat and "--score_scale=8.0" in heat  # the README's pre-registered arm

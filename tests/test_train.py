@@ -198,9 +198,13 @@ def test_loss_falls_for_each_operator(data_dir, tmp_path, attention_type, dtype)
     model.load_state_dict(torch.load(os.path.join(out, "snapshots", snaps[0]), weights_only=True)["model"])
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_exact_resume_after_sigterm(data_dir, tmp_path, dtype):
-    args = [*TINY, f"--dataset={data_dir}", "--max_iters=24", "--eval_interval=8", "--dropout=0.1", f"--dtype={dtype}"]
+HEAT = ["--score_scale=8.0", "--score_scale_warmup=12", "--qk_lr_scale=0.5", "--qk_init_scale=2.0"]  # start or step
+
+
+@pytest.mark.parametrize("dtype,extra", [("float32", []), ("bfloat16", []), ("float32", HEAT)])
+def test_exact_resume_after_sigterm(data_dir, tmp_path, dtype, extra):
+    args = [*TINY, f"--dataset={data_dir}", "--max_iters=24", "--eval_interval=8", "--dropout=0.1", f"--dtype={dtype}",
+            *extra]
     full = str(tmp_path / "full")
     run_train(*args, f"--out_dir={full}")
 
@@ -228,6 +232,9 @@ def test_exact_resume_after_sigterm(data_dir, tmp_path, dtype):
         a, b = read_log(full, kind), read_log(part, kind)
         assert [r["step"] for r in a] == [r["step"] for r in b]
         assert [r["loss"] for r in a] == [r["loss"] for r in b]  # bit for bit
+    change = lambda run: [r.get("score_change") for r in read_log(run, "eval")]
+    assert change(full) == change(part)
+    assert all(len(r["score_change"]) == 2 for r in read_log(part, "eval")[1:])  # from the second eval on, per layer
 
 
 def test_ddp_two_processes_match_one(data_dir, tmp_path):
@@ -354,13 +361,18 @@ def test_resume_refuses_another_architecture(data_dir, tmp_path):
                   "--attention_type=pairwise", "--n_layer=3", check=False)
     one_line_error(p, "the settings ask for another model: n_layer 3 (checkpoint: 2), attention_type 'pairwise' "
                       "(checkpoint: 'original')")
+    p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4",
+                  "--qk_lr_scale=8.0", check=False)  # other parameter groups: the optimizer state cannot fit
+    one_line_error(p, "resume with the run's own qk_lr_scale (1.0)")
     run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4")
 
 
 @pytest.mark.parametrize("bad,msg", [("--mask_prob=0", "mask_prob must be in (0, 1)"),
                                      ("--mask_prob=0.001", "predicts no token"),
                                      ("--dropout=1.0", "dropout must be in [0, 1)"),
-                                     ("--learning_rate=-1e-3", "learning_rate and eps must be > 0"),
+                                     ("--learning_rate=-1e-3", "learning_rate, eps and qk_lr_scale must be > 0"),
+                                     ("--qk_lr_scale=0", "learning_rate, eps and qk_lr_scale must be > 0"),
+                                     ("--score_scale_warmup=-1", "score_scale_warmup must be >= 0"),
                                      ("--init_from=last", "init_from must be"),
                                      ("--n_head=0", "n_layer, n_head, n_embd, n_inner, block_size must be >= 1"),
                                      ("--dtype=fp8", "dtype must be auto")])
