@@ -3,6 +3,7 @@ How a step runs: the device and its precision, torch.compile, the learning-rate 
 step. Shared by every script that trains or times (train.py, finetune_glue.py, bench.py).
 """
 import os
+import re
 import sys
 from contextlib import nullcontext
 
@@ -37,10 +38,12 @@ def resolve_dtype(dtype, device_type):
     """(dtype, why). 'auto' -> bfloat16 on a GPU that has it, float16 on an older GPU, bfloat16 on a CPU with
     native bf16, float32 elsewhere (an older CPU, MPS). What the user asks for stands."""
     if dtype == "auto":
-        if device_type == "cuda":
-            if torch.cuda.is_bf16_supported():
-                return "bfloat16", "auto: the GPU has bf16"
-            return "float16", "auto: the GPU has no bf16"
+        if device_type == "cuda":  # by the compute capability: is_bf16_supported() also counts emulated bf16
+            major, minor = torch.cuda.get_device_capability()
+            if major >= 8:
+                return "bfloat16", f"auto: the GPU computes bf16 natively (compute capability {major}.{minor})"
+            return "float16", (f"auto: no native bf16 on this GPU (compute capability {major}.{minor} < 8.0): fp16 "
+                               "with a loss scaler")
         if device_type == "cpu" and cpu_has_native_bf16():
             return "bfloat16", "auto: the CPU computes bf16 natively (--dtype=float32 for full precision)"
         return "float32", f"auto: no native bf16 on this {device_type.upper()}"
@@ -91,12 +94,23 @@ def one_line_out_of_memory(hint):
     sys.excepthook = hook
 
 
-def gpu_peak_flops(name):
-    """Dense bf16 peak by GPU name (datasheet); MFU is reported against it."""
-    for key, flops in (("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12),
-                       ("L40S", 362e12), ("L40", 181e12), ("A10", 125e12)):
-        if key in name:
-            return flops
+# Dense peaks from NVIDIA's datasheets, TFLOP/s per GPU (their sparsity figures halved): TF32 (what a float32 run's
+# matmuls use here), fp16, bf16; 0: none, or not published (the AWS A10G, GH200). The first pattern found in
+# torch.cuda.get_device_name() wins. The TF32 of H100 NVL and the H200s is half their bf16, as on every Hopper sheet.
+GPU_PEAKS = ((r"H200 NVL", 417.5, 835.5, 835.5), (r"\bH200\b", 494.7, 989.5, 989.5),
+             (r"H100 NVL", 417.5, 835.5, 835.5), (r"H100 PCIe", 378, 756, 756), (r"\bH100\b", 494.7, 989.4, 989.4),
+             (r"\bB200\b", 1100, 2250, 2250), (r"\bA100\b", 156, 312, 312), (r"\bA10\b", 62.5, 125, 125),
+             (r"RTX A6000", 77.4, 154.8, 154.8), (r"\bA40\b", 74.8, 149.7, 149.7), (r"\bL40S\b", 183, 362, 362),
+             (r"\bL40\b", 90.5, 181, 181), (r"\bL4\b", 60, 121, 121), (r"V100S", 0, 130, 0),
+             (r"V100-SXM", 0, 125, 0), (r"V100-PCIE", 0, 112, 0), (r"\bT4\b", 0, 65, 0))
+
+
+def gpu_peak_flops(name, dtype):
+    """The GPU's dense datasheet peak (FLOP/s) in the precision a run computes in (float32: TF32), or 0.0 if not
+    known: MFU is then left out, not guessed (train.py --peak_flops= gives it)."""
+    for pattern, *peaks in GPU_PEAKS:
+        if re.search(pattern, name):
+            return peaks[("float32", "float16", "bfloat16").index(dtype)] * 1e12
     return 0.0
 
 
@@ -125,6 +139,22 @@ def compile_model(model, device_type, batch=None, ctx=nullcontext()):
     finally:
         model.zero_grad(set_to_none=True)
     return compiled
+
+
+def distribute_and_compile(raw_model, ddp, compile, device_type, local_rank=0, batch=None, ctx=nullcontext()):
+    """(the model to train, its DDP wrapper or None, the model to evaluate). DDP first, then torch.compile, as
+    PyTorch advises: DDP's optimizer then splits the compiled graph at the gradient buckets, so that the all-reduce
+    overlaps the backward (compiled first, the backward is one node and every bucket waits for its end). Evals run
+    without DDP, each process on its own share of the batches: the plain model, compiled on its own."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ddp_model = DDP(raw_model, device_ids=[local_rank] if device_type == "cuda" else None) if ddp else None
+    model = ddp_model or raw_model
+    if compile:
+        model = compile_model(model, device_type, batch, ctx)
+    if not ddp:
+        return model, None, model
+    return model, ddp_model, torch.compile(raw_model) if model is not ddp_model else raw_model
 
 
 def linear_schedule(step, lr, warmup, total, decay=True):

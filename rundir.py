@@ -161,12 +161,16 @@ MACHINE_KEYS = ("init_from", "out_dir", "device", "dtype", "compile")  # where a
 END_KEYS = ("target_loss", "min_iters", "max_iters")  # where it ends
 
 
+SAVE_KEYS = ("save_interval", "checkpoint_interval")  # how often it is saved: not what it computes
+
+
 def run_changes(old, new, ignore=MACHINE_KEYS):
     """What makes the settings `new` another run than the run made with `old`: ['key old -> new', ...] over the
-    settings both have, other than `ignore` and where a run ends (target_loss, min_iters; max_iters too under a
-    constant learning rate, where a longer run has the same past)."""
+    settings both have, other than `ignore`, how often it is saved, and where a run ends (target_loss, min_iters;
+    max_iters too under a constant learning rate, where a longer run has the same past)."""
     ends = tuple(k for k in END_KEYS if k != "max_iters" or not new.get("decay_lr", True))
-    return [f"{k} {old[k]!r} -> {v!r}" for k, v in new.items() if k in old and k not in ignore + ends and old[k] != v]
+    return [f"{k} {old[k]!r} -> {v!r}" for k, v in new.items()
+            if k in old and k not in ignore + ends + SAVE_KEYS and old[k] != v]
 
 
 def is_finished(ck, config):

@@ -30,13 +30,12 @@ signal.signal(signal.SIGTERM, _interrupted)
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configurator import check, configure
 from dataloader import dataset_dir, eval_batches, load_dataset, n_masked, train_batch
-from engine import (compile_model, gpu_peak_flops, linear_schedule, one_line_out_of_memory, optimizer_step, set_lr,
-                    set_up, set_up_processes)
+from engine import (distribute_and_compile, gpu_peak_flops, linear_schedule, one_line_out_of_memory, optimizer_step,
+                    set_lr, set_up, set_up_processes)
 from model import Bert, BertConfig, diagnostics, score_change
 from rundir import (all_finite, is_finished, lock_dir, open_log, open_run, remove_stale_temporaries,
                     save_checkpoint)
@@ -74,9 +73,10 @@ beta1, beta2, eps = 0.9, 0.999, 1e-12  # AdamW
 grad_clip = 1.0  # max gradient norm (Hugging Face Trainer's default); 0 disables
 qk_lr_scale = 1.0  # the query and key projections' learning rate x this, their weight decay / this (start or step)
 # evaluation, logging, checkpoints
-eval_interval = 250  # steps between evals; each eval also rewrites out_dir/ckpt.pt
+eval_interval = 250  # steps between evals
 eval_iters = 312  # eval batches: a fixed set of held-out blocks with a fixed masking (312 x 32 ~ the paper's 10k)
 log_interval = 10  # steps between train log records
+save_interval = 1000  # steps between saves of out_dir/ckpt.pt, the full state (also at the end and on a signal)
 checkpoint_interval = 1000  # steps between kept model-only snapshots in out_dir/snapshots/ (0 = none)
 seed = 1337  # initialisation, data order, masking and dropout
 wandb_log = False  # also log to Weights & Biases (pip install wandb)
@@ -85,13 +85,14 @@ wandb_project = "symmetric-bert"  # its project name
 device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or mps
 dtype = "auto"  # float32, bfloat16 or float16 (GradScaler); auto: bf16, fp16 on old GPUs, float32 on old CPUs
 compile = True  # torch.compile (falls back to eager, in one line, if it fails)
-peak_flops = 0.0  # device peak for the MFU estimate; 0 = guess from the GPU name (dense bf16)
+peak_flops = 0.0  # device peak for the MFU estimate; 0 = the GPU's datasheet peak in this precision, if known
 # -----------------------------------------------------------------------------
 given = set()  # the keys set by config files or --key=value
 config = configure(globals(), given=given)
 check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch' or 'resume', got {init_from!r}"),
-      (min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, max_iters) >= 1,
-       "batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval and max_iters must be >= 1"),
+      (min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, save_interval,
+           max_iters) >= 1, "batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, "
+                            "save_interval and max_iters must be >= 1"),
       (0 < mask_prob < 1, f"mask_prob must be in (0, 1), got {mask_prob}"),
       (0 <= dropout < 1, f"dropout must be in [0, 1), got {dropout}"),
       (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1
@@ -180,19 +181,17 @@ if master:
         print(f"note: warmup_iters ({warmup_iters}) > max_iters ({max_iters}): the learning rate never reaches "
               f"{learning_rate:g}", flush=True)
 
-# ---- compile (tried at once: a failing compiler is one line, then eager), the exact RNG state, DDP ----
+# ---- DDP, then torch.compile (tried at once: a failing compiler is one line, then eager) ----
 if compile and master:
     print("compiling the model (torch.compile): the first step takes a while", flush=True)
-model = compile_model(raw_model, device_type, get_batch(iter_num, 0), ctx) if compile else raw_model
+model, ddp_model, eval_model = distribute_and_compile(raw_model, ddp, compile, device_type, local_rank,
+                                                      get_batch(iter_num, 0), ctx)
 torch.manual_seed(seed + rank)  # dropout: the same stream whether or not a compile trial drew from it
 if rng is not None:  # the RNG state of the interrupted run, for a bit-exact continuation
     torch.set_rng_state(rng["cpu"])
     if device_type == "cuda" and rng.get("cuda") is not None:
         torch.cuda.set_rng_state(rng["cuda"])
 del ckpt
-eval_model = model  # no DDP wrapper for evals: no gradient sync
-if ddp:
-    model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
 
 
 @torch.no_grad()
@@ -256,12 +255,12 @@ for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda signum, frame: stop_signal.append(signum))
 
 # ---- the training loop ----
-peak = peak_flops or (gpu_peak_flops(torch.cuda.get_device_name()) if device_type == "cuda" else 0.0)
+peak = peak_flops or (gpu_peak_flops(torch.cuda.get_device_name(), dtype) if device_type == "cuda" else 0.0)
 tokens_per_step = batch_size * block_size * gradient_accumulation_steps
 bar = tqdm(total=max_iters, initial=iter_num, disable=not (master and sys.stderr.isatty()), dynamic_ncols=True)
 say = bar.write if not bar.disable else lambda s: print(s, flush=True)  # live bar on a terminal; lines in a log file
 x, y, pos = get_batch(iter_num, 0)
-stopping, eval_acc = 0, None
+stopping, eval_acc, saved = 0, None, iter_num  # saved: the step of ckpt.pt
 t0, t0_iter = time.time(), iter_num
 while True:
     if stopping:  # save at once; an eval due at this step runs after the resume instead (see last_eval)
@@ -282,21 +281,23 @@ while True:
             log({"type": "eval", "step": iter_num, "loss": eval_loss, "accuracy": eval_acc, **diag})
             say(f"step {iter_num}: eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}, attention entropy "
                 f"{' '.join(f'{e:.2f}' for e in diag['attn_entropy'])}, collapse {diag['collapse']:.2f}")
-        if iter_num > 0:
-            checkpoint(ckpt_path)
-            last_good = ckpt_path
         t0, t0_iter = time.time(), iter_num  # throughput excludes evaluation
+    finished = is_finished({"iter_num": iter_num, "last_eval": last_eval, "eval_loss": eval_loss}, config)
+    if (iter_num % save_interval == 0 or finished) and saved != iter_num:  # the full state, to resume from
+        checkpoint(ckpt_path)
+        saved, last_good = iter_num, ckpt_path
+        t0, t0_iter = time.time(), iter_num  # throughput excludes saving
     if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0:
         checkpoint(os.path.join(out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt"), full=False)
-    if is_finished({"iter_num": iter_num, "last_eval": last_eval, "eval_loss": eval_loss}, config):
-        break  # at max_iters, or target_loss met at this eval (which saved it)
+    if finished:
+        break  # at max_iters, or target_loss met at this eval
 
     lr = linear_schedule(iter_num, learning_rate, warmup_iters, max_iters, decay_lr)
     set_lr(optimizer, lr)
     train_loss = torch.zeros((), device=device)
     for micro in range(accum):
         if ddp:  # sync gradients only on the last micro-step
-            model.require_backward_grad_sync = micro == accum - 1
+            ddp_model.require_backward_grad_sync = micro == accum - 1
         with ctx:
             loss = model(x, y, pos)[1] / accum
         x, y, pos = get_batch(iter_num, micro + 1) if micro + 1 < accum else get_batch(iter_num + 1, 0)  # prefetch
@@ -334,7 +335,8 @@ while True:
                 bar.set_postfix_str(stats)
 
 bar.close()
-if ddp:
+if ddp:  # every process waits for rank 0's save: none leaves early (torchrun would stop the others)
+    dist.barrier(group=flag_group)
     dist.destroy_process_group()
 if stopping:
     sys.exit(128 + stopping)  # a scheduler can tell a pre-empted run from a finished one

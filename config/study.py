@@ -16,6 +16,7 @@ decay_lr = False
 eval_interval = 25
 eval_iters = 5  # 160 held-out blocks, the same for every run (the first of val.bin)
 log_interval = 25
+save_interval = 25  # ckpt.pt at every eval (7M parameters: cheap), so an interrupted run loses nothing
 checkpoint_interval = 0  # no snapshots; ckpt.pt holds each run's final state
 dtype = "float32"  # bf16 moved when runs leave the plateau (README "The study", Precision): not here
 seed = 1

@@ -14,6 +14,7 @@ decay_lr = False
 eval_interval = 50
 eval_iters = 4  # 1,024 held-out blocks, the same for every run
 log_interval = 50
+save_interval = 500  # ckpt.pt (~0.5 GB with AdamW's state) every 10 evals: a resume repeats <= 500 steps
 checkpoint_interval = 0
 dtype = "float32"  # as config/study.py: bf16 moved the plateau exit on the CPU (TF32 matmuls here: not yet compared)
 seed = 1

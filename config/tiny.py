@@ -11,4 +11,5 @@ warmup_iters = 30
 eval_interval = 50
 eval_iters = 20
 log_interval = 10
+save_interval = 100
 checkpoint_interval = 100

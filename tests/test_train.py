@@ -149,7 +149,8 @@ def test_checkpoint_loader_checks(tmp_path):
 
 def test_dtype_follows_the_device(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)  # counts emulation: True on a V100 or T4
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
     monkeypatch.setattr(engine, "cpu_has_native_bf16", lambda: False)
     assert engine.resolve_dtype("auto", "cpu")[0] == "float32" and engine.resolve_dtype("auto", "mps")[0] == "float32"
     assert engine.resolve_dtype("auto", "cuda")[0] == "float16"
@@ -158,10 +159,22 @@ def test_dtype_follows_the_device(monkeypatch, tmp_path):
     dtype, why = engine.resolve_dtype("auto", "cpu")
     assert dtype == "bfloat16" and "natively" in why and "--dtype=float32" in why
     assert engine.resolve_dtype("auto", "mps")[0] == "float32" and engine.resolve_dtype("float32", "cpu")[0] == "float32"
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
-    assert engine.resolve_dtype("auto", "cuda")[0] == "bfloat16"
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))  # Ampere and later
+    assert engine.resolve_dtype("auto", "cuda") == ("bfloat16", "auto: the GPU computes bf16 natively (compute "
+                                                                 "capability 8.0)")
     with pytest.raises(SystemExit, match="dtype must be"):
         engine.resolve_dtype("fp8", "cuda")
+
+
+@pytest.mark.parametrize("name,dtype,tflops", [
+    ("NVIDIA H100 80GB HBM3", "bfloat16", 989.4), ("NVIDIA H100 80GB HBM3", "float32", 494.7),  # TF32, not bf16
+    ("NVIDIA H100 NVL", "bfloat16", 835.5), ("NVIDIA H100 PCIe", "float16", 756), ("NVIDIA A10", "bfloat16", 125),
+    ("NVIDIA A100-SXM4-80GB", "float32", 156), ("NVIDIA A10G", "bfloat16", 0), ("NVIDIA GH200 480GB", "bfloat16", 0),
+    ("NVIDIA L40S", "bfloat16", 362), ("NVIDIA L4", "bfloat16", 121), ("NVIDIA A40", "bfloat16", 149.7),
+    ("NVIDIA RTX A4000", "bfloat16", 0), ("Tesla V100-SXM2-16GB", "float16", 125), ("Tesla T4", "bfloat16", 0)])
+def test_gpu_peak_by_name_and_precision(name, dtype, tflops):
+    """Datasheet peaks in the run's precision; an unknown GPU (or a look-alike name) gives 0: MFU left out."""
+    assert engine.gpu_peak_flops(name, dtype) == pytest.approx(tflops * 1e12)
 
 
 @pytest.mark.parametrize("flags,native", [("fpu sse avx512f avx512bw avx512_bf16 avx512_vnni", True),
@@ -237,9 +250,9 @@ def test_exact_resume_after_sigterm(data_dir, tmp_path, dtype, extra):
     assert all(len(r["score_change"]) == 2 for r in read_log(part, "eval")[1:])  # from the second eval on, per layer
 
 
-def test_ddp_two_processes_match_one(data_dir, tmp_path):
+def test_ddp_two_processes_match_one(data_dir, tmp_path):  # compiled, as a GPU node runs it: DDP, then compile
     args = [*TINY, f"--dataset={data_dir}", "--max_iters=6", "--eval_interval=3", "--dropout=0.0",
-            "--gradient_accumulation_steps=4"]
+            "--gradient_accumulation_steps=4", "--compile=True"]
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
     run_train(*args, f"--out_dir={one}")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -252,6 +265,106 @@ def test_ddp_two_processes_match_one(data_dir, tmp_path):
         assert [r["step"] for r in a] == [r["step"] for r in b]
         np.testing.assert_allclose([r["loss"] for r in a], [r["loss"] for r in b], rtol=1e-5)
     assert read_log(one, "train")[-1]["loss"] < read_log(one, "train")[0]["loss"]
+
+
+def test_ddp_wraps_the_model_before_compiling_it(monkeypatch):
+    """DDP, then compile (PyTorch's advice: the compiled graph is split at DDP's buckets, so the gradient all-reduce
+    overlaps the backward); evals use the plain model, compiled on its own, without DDP."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: real_compile(m, backend="eager"))  # the structure only
+    store = dist.FileStore(os.path.join(ROOT, f".pytest_pg_{os.getpid()}"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        raw = Bert(BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=97, block_size=16))
+        idx = torch.randint(0, 97, (2, 16))
+        batch = (idx, torch.where(torch.rand(2, 16) < 0.3, idx, -100), None)
+        model, ddp_model, eval_model = engine.distribute_and_compile(raw, True, True, "cpu", 0, batch)
+        assert isinstance(ddp_model, DDP) and ddp_model.module is raw
+        assert model._orig_mod is ddp_model  # compiled around DDP, not DDP around a compiled model
+        assert eval_model._orig_mod is raw
+        model, ddp_model, eval_model = engine.distribute_and_compile(raw, False, True, "cpu", 0, batch)
+        assert ddp_model is None and model._orig_mod is raw and eval_model is model
+    finally:
+        dist.destroy_process_group()
+        os.remove(os.path.join(ROOT, f".pytest_pg_{os.getpid()}"))
+
+
+def test_a_signal_under_torchrun_waits_for_rank_0s_save(data_dir, tmp_path):
+    """Only rank 1 is signalled: both processes stop at the same step, rank 0 saves (made slow here), and rank 1
+    leaves only after that save (an early exit makes torchrun stop the group while rank 0 is still writing)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(  # rank 0's rename of ckpt.pt takes 2 s, and says when it ended
+        "import os, time\n"
+        "if os.environ.get('RANK') == '0':\n"
+        "    _replace = os.replace\n"
+        "    def replace(a, b):\n"
+        "        if not str(b).endswith('ckpt.pt'):\n"
+        "            return _replace(a, b)\n"
+        "        time.sleep(2.0)\n"
+        "        _replace(a, b)\n"
+        "        open(str(b) + '.saved_at', 'w').write(repr(time.time()))\n"
+        "    os.replace = replace\n")
+    out = str(tmp_path / "run")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{hook}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    p = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          "train.py", *TINY, f"--dataset={data_dir}", "--max_iters=400", "--eval_interval=200",
+                          "--save_interval=1000", f"--out_dir={out}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    deadline, exited = time.time() + 240, {}
+    while time.time() < deadline and not (os.path.exists(f"{out}/log.jsonl") and len(read_log(out, "train")) >= 3):
+        time.sleep(0.05)
+    workers = {}
+    for pid in map(int, subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()):
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env_of = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        workers[int(env_of[b"RANK"])] = pid
+    os.kill(workers[1], signal.SIGTERM)
+    while time.time() < deadline and len(exited) < 2:
+        for rank, pid in workers.items():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    gone = f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # a zombie has exited
+            except FileNotFoundError:
+                gone = True
+            if gone and rank not in exited:
+                exited[rank] = time.time()
+        time.sleep(0.01)
+    text = p.communicate(timeout=120)[0]
+    saved_at = float(open(f"{out}/ckpt.pt.saved_at").read())
+    assert exited[1] >= saved_at, (exited, saved_at, text[-2000:])  # rank 1 waited for the save
+    assert f"stopped by signal {signal.SIGTERM}" in text
+    step = torch.load(f"{out}/ckpt.pt", weights_only=True)["iter_num"]
+    assert 3 <= step < 400
+    assert p.returncode != 0  # torchrun reports its processes' exit 143 as a failure (README, Pre-training)
+
+
+def test_save_interval_a_killed_run_resumes_from_its_last_save(data_dir, tmp_path):
+    """ckpt.pt every save_interval steps, apart from the evals: a run killed outright (no chance to save) resumes
+    from its last save and repeats exactly what the uninterrupted run did."""
+    args = [*TINY, f"--dataset={data_dir}", "--max_iters=40", "--eval_interval=8", "--save_interval=5",
+            "--dtype=float32"]
+    run_train(*args, f"--out_dir={tmp_path}/full")
+    part = str(tmp_path / "part")
+    p = subprocess.Popen([sys.executable, "train.py", *args, f"--out_dir={part}"], cwd=ROOT,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        if os.path.exists(f"{part}/log.jsonl") and len(read_log(part, "train")) >= 12:
+            p.kill()  # SIGKILL: nothing is saved on the way out
+            break
+        time.sleep(0.02)
+    p.wait(timeout=60)
+    step = torch.load(f"{part}/ckpt.pt", weights_only=True)["iter_num"]
+    assert step % 5 == 0 and 10 <= step < 40, step  # the last multiple of save_interval (not an eval step)
+    p = run_train(*args, f"--out_dir={part}", "--init_from=resume")
+    assert f"resuming {part}/ckpt.pt at step {step}" in p.stdout
+    for kind in ("train", "eval"):
+        a, b = read_log(f"{tmp_path}/full", kind), read_log(part, kind)
+        assert [(r["step"], r["loss"]) for r in a] == [(r["step"], r["loss"]) for r in b]
 
 
 # ---- bad input: one clear line, nothing overwritten ------------------------------------------------------
