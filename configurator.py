@@ -5,9 +5,9 @@ nanoGPT-style configuration. A script defines its defaults as plain globals, the
     configure(globals())
 
 which runs every config file named on the command line over those globals (plain Python assignments,
-e.g. config/base_pair.py), then applies `--key=value` overrides. Values are parsed with
-ast.literal_eval and must match the default's type (an int is accepted where a float is expected);
-a key whose default is a string takes the text as it is. Unknown keys and wrong types stop with a one-line message.
+e.g. config/base_pair.py), then applies `--key=value` overrides (`--key` alone: True, for a True/False key).
+Values are parsed with ast.literal_eval and must match the default's type (an int is accepted where a float is
+expected); a key whose default is a string takes the text as it is. Unknown keys and wrong types stop with a one-line message.
 `--help` (or -h) prints every key with its default and the comment written beside it in the script, then exits.
 Every failure a user can cause ends in one line (SystemExit) that says what to do: `check` and `oneline` help.
 """
@@ -108,6 +108,8 @@ def configure(g, argv=None, given=None):
                 given.add(k)
         else:
             key, eq, text = arg[2:].partition("=")
+            if not eq and isinstance(defaults.get(key), bool):
+                eq, text = "=", "True"  # --flag: a True/False setting switched on
             if not eq:
                 raise SystemExit(f"config: expected --key=value, got '{arg}'")
             if isinstance(defaults.get(key), str):

@@ -1,4 +1,4 @@
-"""bench.py: it runs and prints its table at a tiny shape; bad options are one line."""
+"""bench.py: it runs and prints its tables at a tiny shape (and the profile's categories); bad options are one line."""
 import os
 import subprocess
 import sys
@@ -24,7 +24,7 @@ def test_bench_runs_and_reports_every_operator_in_both_precisions():
     for op in ("original", "symmetric", "pairwise", "additive", "hybrid"):
         for dtype in ("float32", "bfloat16"):
             assert f"| ours, {op} | {dtype} | eager |" in p.stdout
-    assert "matmul peak here: float32 " in p.stdout and ", bfloat16 " in p.stdout
+    assert "matmul peak here (64 x 64): float32 " in p.stdout and ", bfloat16 " in p.stdout
     assert "bf16 over float32, per model: original " in p.stdout
     assert "| additive |" in p.stdout  # the seq-len table
 
@@ -37,6 +37,26 @@ def test_bench_compares_with_hugging_face_at_the_same_precision():
     assert [r[1] for r in rows] == ["bfloat16", "bfloat16"]
     hf_ms, ours_ms, ratio = float(rows[0][3]), float(rows[1][3]), float(rows[1][5].rstrip("x"))
     assert ratio == pytest.approx(hf_ms / ours_ms, rel=0.02) and rows[0][5] == "1.00x"
+
+
+def test_bench_profile_accounts_for_the_step():
+    """--profile: every model's step by category; the categories add up to the profiled step, matmuls are found in
+    ours and in Hugging Face's, and its matmuls alone take less than the step that holds them."""
+    pytest.importorskip("transformers")
+    p = bench(*TINY, "--dtypes=float32", "--attention_types=original", "--seq_lens=", "--profile", "--repeats=2")
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("| category |")):]
+    cells = {row.split(" | ")[0].lstrip("| "): row.strip("| ").split(" | ")[1:] for row in table[2:] if "|" in row}
+    ms = lambda cell: float(cell.split(" (")[0])
+    for col in range(2):  # HF, ours
+        parts = [ms(v[col]) for k, v in cells.items() if not k.startswith("*")]
+        shares = [float(v[col].split("(")[1].rstrip("%)")) for k, v in cells.items() if not k.startswith("*")]
+        assert sum(shares) == pytest.approx(100, abs=len(shares))  # rounded shares of one whole
+        assert ms(cells["matmuls"][col]) > 0 and sum(parts) > 0
+        assert float(cells["*its matmuls alone, at its shapes*"][col]) < float(cells["*the step, timed*"][col])
+    row = next(line for line in lines if line.startswith("| ours, original | float32 |")).split(" | ")
+    assert row[6].endswith("%") and row[7].rstrip(" |").endswith("%")  # of the peak, of its matmuls
 
 
 @pytest.mark.parametrize("bad,msg", [("--modes=compile", "unknown mode 'compile'"),

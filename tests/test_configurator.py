@@ -38,6 +38,14 @@ def test_bad_input_is_a_one_line_error(args, msg):
     assert "\n" not in str(e.value)
 
 
+def test_a_bare_flag_switches_a_bool_on():
+    g = {**defaults(), "compile": False}
+    configure(g, ["--compile"])
+    assert g["compile"] is True
+    with pytest.raises(SystemExit, match="expected --key=value"):
+        configure(defaults(), ["--batch_size"])  # not a True/False key
+
+
 def test_unknown_key_in_config_file(tmp_path):
     cfg = tmp_path / "c.py"
     cfg.write_text("learning_rat = 1e-3\n")
