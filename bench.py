@@ -25,8 +25,9 @@ import torch
 from torch.profiler import ProfilerActivity
 
 from dataloader import mask_tokens
-from engine import autocast, compile_model, gpu_peak_flops, resolve_dtype, set_up
+from device import autocast, gpu_peak_flops, resolve_dtype, set_up
 from model import ATTENTION_TYPES, Bert, BertConfig
+from step import compile_model
 
 # -----------------------------------------------------------------------------
 device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or mps
@@ -42,7 +43,7 @@ hf_modes = "eager"  # BertForMaskedLM: 'eager' (as its users run it), 'compiled'
 warmup, steps, repeats = 2, 2, 3  # untimed steps first, then repeats x steps timed per model
 seq_lens = "256,1024"  # additive vs original at a fixed number of tokens per batch ('' to skip)
 profile = False  # True (or --profile): also each step's time by category (torch.profiler), ours beside HF
-peak_flops = 0.0  # for MFU on a GPU; 0 = the GPU's datasheet peak in each precision (engine.gpu_peak_flops)
+peak_flops = 0.0  # for MFU on a GPU; 0 = the GPU's datasheet peak in each precision (device.gpu_peak_flops)
 matmul_size = 0  # the square matmul timed as each precision's peak; 0 = 2048 on a CPU, 8192 on a GPU
 seed = 0  # initialisation and the batch
 # -----------------------------------------------------------------------------

@@ -28,9 +28,10 @@ import torch
 from tqdm import tqdm
 
 from configurator import check, configure, oneline
-from engine import linear_schedule, optimizer_step, set_lr, set_up
+from device import set_up
 from model import BertClassifier, BertConfig
 from rundir import load_checkpoint, locked, read_json, save_checkpoint, write_json
+from step import linear_schedule, optimizer_step, set_lr
 from tokenizer import get_tokenizer
 
 # -----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ filled in. A [MASK] stands for one GPT-2 token, which carries its own leading sp
 """
 import torch
 
-from engine import check_device
+from device import check_device
 from rundir import load_checkpoint
 from model import Bert, BertConfig
 from tokenizer import encode_with_specials, get_tokenizer

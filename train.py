@@ -34,11 +34,11 @@ from tqdm import tqdm
 
 from configurator import check, configure
 from dataloader import dataset_dir, eval_batches, load_dataset, n_masked, train_batch
-from engine import (distribute_and_compile, gpu_peak_flops, linear_schedule, one_line_out_of_memory, optimizer_step,
-                    set_lr, set_up, set_up_processes)
+from device import gpu_peak_flops, one_line_out_of_memory, set_up, set_up_processes
 from model import Bert, BertConfig, diagnostics, score_change
 from rundir import (all_finite, is_finished, lock_dir, open_log, open_run, remove_stale_temporaries,
                     save_checkpoint)
+from step import distribute_and_compile, linear_schedule, optimizer_step, set_lr
 
 # -----------------------------------------------------------------------------
 out_dir = "out"  # checkpoints and log.jsonl go here

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from engine import gpu_peak_flops
+from device import gpu_peak_flops
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -11,9 +11,10 @@ import pytest
 import torch
 
 import dataloader
-import engine
+import device
 import rundir
 from model import Bert, BertConfig
+from step import distribute_and_compile, linear_schedule
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--n_inner=64", "--block_size=64", "--batch_size=8",
@@ -36,15 +37,15 @@ def read_log(out_dir, kind):
 
 # ---- schedule, masking, checkpoint files (no training) ---------------------------------------------
 def test_lr_schedule_key_points():
-    lr = lambda it: engine.linear_schedule(it, 1e-4, 10_000, 200_000)
+    lr = lambda it: linear_schedule(it, 1e-4, 10_000, 200_000)
     assert lr(0) == 0.0
     assert lr(5_000) == pytest.approx(5e-5)
     assert lr(10_000) == pytest.approx(1e-4)  # the peak, at the end of warm-up
     assert lr(105_000) == pytest.approx(5e-5)  # half way down the linear decay
     assert lr(200_000) == 0.0 and lr(250_000) == 0.0
-    assert engine.linear_schedule(3, 1e-5, 0, 10) == pytest.approx(7e-6)  # no warm-up: decay from the start
-    assert engine.linear_schedule(5, 1e-3, 10, 100, decay=False) == pytest.approx(5e-4)  # warm-up as before
-    assert engine.linear_schedule(10, 1e-3, 10, 100, decay=False) == engine.linear_schedule(
+    assert linear_schedule(3, 1e-5, 0, 10) == pytest.approx(7e-6)  # no warm-up: decay from the start
+    assert linear_schedule(5, 1e-3, 10, 100, decay=False) == pytest.approx(5e-4)  # warm-up as before
+    assert linear_schedule(10, 1e-3, 10, 100, decay=False) == linear_schedule(
         10**6, 1e-3, 10, 100, decay=False) == 1e-3  # then constant, past max_iters too
 
 
@@ -151,19 +152,19 @@ def test_dtype_follows_the_device(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)  # counts emulation: True on a V100 or T4
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
-    monkeypatch.setattr(engine, "cpu_has_native_bf16", lambda: False)
-    assert engine.resolve_dtype("auto", "cpu")[0] == "float32" and engine.resolve_dtype("auto", "mps")[0] == "float32"
-    assert engine.resolve_dtype("auto", "cuda")[0] == "float16"
-    assert engine.resolve_dtype("bfloat16", "cpu") == ("bfloat16", "as asked")  # what the user asked for stands
-    monkeypatch.setattr(engine, "cpu_has_native_bf16", lambda: True)
-    dtype, why = engine.resolve_dtype("auto", "cpu")
+    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: False)
+    assert device.resolve_dtype("auto", "cpu")[0] == "float32" and device.resolve_dtype("auto", "mps")[0] == "float32"
+    assert device.resolve_dtype("auto", "cuda")[0] == "float16"
+    assert device.resolve_dtype("bfloat16", "cpu") == ("bfloat16", "as asked")  # what the user asked for stands
+    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: True)
+    dtype, why = device.resolve_dtype("auto", "cpu")
     assert dtype == "bfloat16" and "natively" in why and "--dtype=float32" in why
-    assert engine.resolve_dtype("auto", "mps")[0] == "float32" and engine.resolve_dtype("float32", "cpu")[0] == "float32"
+    assert device.resolve_dtype("auto", "mps")[0] == "float32" and device.resolve_dtype("float32", "cpu")[0] == "float32"
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))  # Ampere and later
-    assert engine.resolve_dtype("auto", "cuda") == ("bfloat16", "auto: the GPU computes bf16 natively (compute "
+    assert device.resolve_dtype("auto", "cuda") == ("bfloat16", "auto: the GPU computes bf16 natively (compute "
                                                                  "capability 8.0)")
     with pytest.raises(SystemExit, match="dtype must be"):
-        engine.resolve_dtype("fp8", "cuda")
+        device.resolve_dtype("fp8", "cuda")
 
 
 @pytest.mark.parametrize("name,dtype,tflops", [
@@ -174,7 +175,7 @@ def test_dtype_follows_the_device(monkeypatch, tmp_path):
     ("NVIDIA RTX A4000", "bfloat16", 0), ("Tesla V100-SXM2-16GB", "float16", 125), ("Tesla T4", "bfloat16", 0)])
 def test_gpu_peak_by_name_and_precision(name, dtype, tflops):
     """Datasheet peaks in the run's precision; an unknown GPU (or a look-alike name) gives 0: MFU left out."""
-    assert engine.gpu_peak_flops(name, dtype) == pytest.approx(tflops * 1e12)
+    assert device.gpu_peak_flops(name, dtype) == pytest.approx(tflops * 1e12)
 
 
 @pytest.mark.parametrize("flags,native", [("fpu sse avx512f avx512bw avx512_bf16 avx512_vnni", True),
@@ -183,11 +184,11 @@ def test_gpu_peak_by_name_and_precision(name, dtype, tflops):
 def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, flags, native):
     info = tmp_path / "cpuinfo"
     info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
-    assert engine.cpu_has_native_bf16(str(info)) is native
+    assert device.cpu_has_native_bf16(str(info)) is native
     arm = tmp_path / "arm"
     arm.write_text("processor\t: 0\nFeatures\t: fp asimd" + (" bf16 i8mm" if native else " asimddp") + "\n")
-    assert engine.cpu_has_native_bf16(str(arm)) is native
-    assert engine.cpu_has_native_bf16(str(tmp_path / "none")) is False  # not Linux: float32
+    assert device.cpu_has_native_bf16(str(arm)) is native
+    assert device.cpu_has_native_bf16(str(tmp_path / "none")) is False  # not Linux: float32
 
 
 # ---- end to end, on the built-in corpus ---------------------------------------------------------------
@@ -281,11 +282,11 @@ def test_ddp_wraps_the_model_before_compiling_it(monkeypatch):
         raw = Bert(BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=97, block_size=16))
         idx = torch.randint(0, 97, (2, 16))
         batch = (idx, torch.where(torch.rand(2, 16) < 0.3, idx, -100), None)
-        model, ddp_model, eval_model = engine.distribute_and_compile(raw, True, True, "cpu", 0, batch)
+        model, ddp_model, eval_model = distribute_and_compile(raw, True, True, "cpu", 0, batch)
         assert isinstance(ddp_model, DDP) and ddp_model.module is raw
         assert model._orig_mod is ddp_model  # compiled around DDP, not DDP around a compiled model
         assert eval_model._orig_mod is raw
-        model, ddp_model, eval_model = engine.distribute_and_compile(raw, False, True, "cpu", 0, batch)
+        model, ddp_model, eval_model = distribute_and_compile(raw, False, True, "cpu", 0, batch)
         assert ddp_model is None and model._orig_mod is raw and eval_model is model
     finally:
         dist.destroy_process_group()

@@ -1,6 +1,7 @@
 """
-How a step runs: the device and its precision, torch.compile, the learning-rate schedule and the optimizer
-step. Shared by every script that trains or times (train.py, finetune_glue.py, bench.py).
+Where a run computes: the device checked, the precision it computes in (bf16, fp16 or float32, by what the
+hardware does natively), the processes of a torchrun job, and the GPU's datasheet peak for MFU. Shared by every
+script that trains or times (train.py, finetune_glue.py, bench.py, sample.py).
 """
 import os
 import re
@@ -9,10 +10,7 @@ from contextlib import nullcontext
 
 import torch
 
-from configurator import oneline
 
-
-# ----------------------------------------------------------------------------- device and precision
 def check_device(device):
     device_type, _, index = device.partition(":")
     n_gpu = torch.cuda.device_count() if device_type == "cuda" and torch.cuda.is_available() else 0
@@ -112,71 +110,3 @@ def gpu_peak_flops(name, dtype):
         if re.search(pattern, name):
             return peaks[("float32", "float16", "bfloat16").index(dtype)] * 1e12
     return 0.0
-
-
-# ----------------------------------------------------------------------------- compile, schedule, step
-def compile_model(model, device_type, batch=None, ctx=nullcontext()):
-    """torch.compile. Compiling is lazy, so with a batch (inputs, targets, positions) it is tried at once on one
-    forward and backward: a compiler that is missing or fails is then one line here, and the eager model is
-    returned, instead of a traceback at the first step (torch._dynamo's suppress_errors does not cover a missing
-    C++ compiler). The trial's gradients are dropped; it draws from the RNG (dropout)."""
-    if device_type == "cpu":  # dropout from ATen's RNG inside compiled graphs: faster steps on CPU
-        import torch._inductor.config
-
-        torch._inductor.config.fallback_random = True
-    compiled = torch.compile(model)
-    if batch is None:
-        return compiled
-    try:
-        with ctx:  # the autocast of the run: the graph compiled here is the one the steps use
-            loss = compiled(*batch)[1]
-        loss.backward()
-    except torch.OutOfMemoryError:
-        raise
-    except Exception as e:
-        print(f"torch.compile failed ({oneline(e)[:160]}); running eagerly", flush=True)
-        return model
-    finally:
-        model.zero_grad(set_to_none=True)
-    return compiled
-
-
-def distribute_and_compile(raw_model, ddp, compile, device_type, local_rank=0, batch=None, ctx=nullcontext()):
-    """(the model to train, its DDP wrapper or None, the model to evaluate). DDP first, then torch.compile, as
-    PyTorch advises: DDP's optimizer then splits the compiled graph at the gradient buckets, so that the all-reduce
-    overlaps the backward (compiled first, the backward is one node and every bucket waits for its end). Evals run
-    without DDP, each process on its own share of the batches: the plain model, compiled on its own."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    ddp_model = DDP(raw_model, device_ids=[local_rank] if device_type == "cuda" else None) if ddp else None
-    model = ddp_model or raw_model
-    if compile:
-        model = compile_model(model, device_type, batch, ctx)
-    if not ddp:
-        return model, None, model
-    return model, ddp_model, torch.compile(raw_model) if model is not ddp_model else raw_model
-
-
-def linear_schedule(step, lr, warmup, total, decay=True):
-    """Linear warm-up from 0 to lr over `warmup` steps, then linear decay to 0 at `total` (as the paper and the
-    Hugging Face Trainer it ran: get_linear_schedule_with_warmup), or with decay=False constant at lr: then a
-    run's past does not depend on its length, and it can be extended by a resume."""
-    if step < warmup:
-        return lr * step / warmup
-    return lr * max(0.0, (total - step) / max(1, total - warmup)) if decay else lr
-
-
-def set_lr(optimizer, lr):
-    """The schedule's learning rate in every parameter group, times the group's own lr_scale if it has one."""
-    for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_scale", 1.0)
-
-
-def optimizer_step(optimizer, scaler, params, grad_clip):
-    """Unscale (fp16), clip, step (the scaler skips a step whose gradients overflowed), zero the gradients."""
-    if grad_clip:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(params, grad_clip)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
