@@ -307,7 +307,7 @@ def print_seq_len_scaling(dtype):
 
 
 def main():
-    device_type, auto, why, _ = set_up(device, "auto")  # the device checked, TF32 on, the precision auto picks
+    device_type, auto, why, _, _ = set_up(device, "auto")  # the device checked, TF32 on, the precision auto picks
     if dtypes == "auto":
         dtype_list = ["float32", "bfloat16"] if device_type == "cpu" and auto == "bfloat16" else [auto]
     else:

@@ -3,13 +3,13 @@ The data a model sees in pre-training: a prepare_oscar.py dataset read and check
 BERT's masking. A batch depends on (seed, micro-batch index) alone, so a run is reproducible and resumable to the
 bit whatever the number of processes.
 """
+import json
 import os
 
 import numpy as np
 import torch
 
 from configurator import oneline
-from rundir import read_json
 
 
 def dataset_dir(dataset):
@@ -25,7 +25,12 @@ def load_dataset(data_dir, vocab_size, block_size):
     if not os.path.exists(path):
         raise SystemExit(f"no dataset in {data_dir}: make it with `python prepare_oscar.py --source=... "
                          f"--out_dir={data_dir}` (the built-in corpus: `python prepare_oscar.py`)")
-    meta, rebuild = read_json(path, "dataset metadata"), "rebuild it with prepare_oscar.py ... --overwrite=True"
+    rebuild = "rebuild it with prepare_oscar.py ... --overwrite=True"
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise SystemExit(f"cannot read dataset metadata {path} ({oneline(e)}); {rebuild}")
     try:
         meta["special"]["mask"], min(meta["special"].values())
         if meta["vocab_size"] != (vocab_size or meta["vocab_size"]) or meta["block_size"] % block_size:
@@ -46,6 +51,32 @@ def load_dataset(data_dir, vocab_size, block_size):
     except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
         raise SystemExit(f"{path} is incomplete ({oneline(e)}); {rebuild}")
     return data[0], data[1], meta
+
+
+class PretrainingData:
+    """train.py's data, checked before any compute: batch(m) is global micro-batch m (train_batch: from (seed, m)
+    alone), eval_set(n) the fixed eval set of n batches (eval_batches)."""
+
+    def __init__(self, dataset, vocab_size, block_size, batch_size, mask_prob, seed):
+        self.dir, self.batch_size, self.mask_prob, self.seed = dataset_dir(dataset), batch_size, mask_prob, seed
+        self.n_pred = n_masked(mask_prob, block_size)  # positions predicted per sequence
+        if self.n_pred < 1:
+            raise SystemExit(f"train: mask_prob {mask_prob} x block_size {block_size} predicts no token: raise "
+                             "mask_prob")
+        try:
+            self.train, self.val, self.meta = load_dataset(self.dir, vocab_size, block_size)
+        except SystemExit as e:
+            raise SystemExit(f"train: {e}")
+        if len(self.train) < batch_size:
+            raise SystemExit(f"train: {self.dir} has {len(self.train)} train blocks of {block_size}: prepare more data "
+                             f"or use a batch_size <= {len(self.train)}")
+        self.orders = {}  # the permutation of the train blocks of the current epochs
+
+    def batch(self, m):
+        return train_batch(self.train, m, self.batch_size, self.seed, self.mask_prob, self.meta["special"], self.orders)
+
+    def eval_set(self, n_batches):
+        return eval_batches(self.val, n_batches, self.batch_size, self.mask_prob, self.meta["special"])
 
 
 def n_masked(mask_prob, block_size):

@@ -71,15 +71,19 @@ def set_up_processes(device, gradient_accumulation_steps):
     return True, rank, local_rank, world, device, dist.new_group(backend="gloo")
 
 
-def set_up(device, dtype):
-    """The device checked, the precision chosen, TF32 allowed for float32 matmuls on a GPU: (device_type, dtype,
-    why, autocast context)."""
+def set_up(device, dtype, oom_hint=None):
+    """The device checked, the precision chosen, TF32 allowed for float32 matmuls on a GPU, and an out-of-memory
+    error on the GPU made one line (oom_hint) if given: (device_type, dtype, why, autocast context, the GPU's
+    datasheet peak FLOP/s in that precision or 0)."""
     device_type = check_device(device)
     if device_type == "cuda":
         torch.cuda.set_device(torch.device(device).index or 0)  # RNG states and the device name are this GPU's
     dtype, why = resolve_dtype(dtype, device_type)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    return device_type, dtype, why, autocast(device_type, dtype)
+    if oom_hint:
+        one_line_out_of_memory(oom_hint)
+    peak = gpu_peak_flops(torch.cuda.get_device_name(), dtype) if device_type == "cuda" else 0.0
+    return device_type, dtype, why, autocast(device_type, dtype), peak
 
 
 def one_line_out_of_memory(hint):

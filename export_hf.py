@@ -24,7 +24,8 @@ from functools import lru_cache
 
 import torch
 
-from rundir import atomic_write, load_checkpoint, locked
+from checkpoint import load_checkpoint
+from files import atomic_write, locked
 from model import BertConfig
 from tokenizer import GPT2_PAT_STR, N_GPT2, SPECIAL_TOKENS, get_tokenizer
 

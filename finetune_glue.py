@@ -30,8 +30,9 @@ from tqdm import tqdm
 from configurator import check, configure, oneline
 from device import set_up
 from model import BertClassifier, BertConfig
-from rundir import load_checkpoint, locked, read_json, save_checkpoint, write_json
-from step import linear_schedule, optimizer_step, set_lr
+from checkpoint import load_checkpoint, save_checkpoint
+from files import locked, read_json, write_json
+from step import optimizer_step, schedule
 from tokenizer import get_tokenizer
 
 # -----------------------------------------------------------------------------
@@ -286,7 +287,7 @@ def finetune(task, data, seed, cfg, state, s, keep=None, iter_num=0):
             loss_sum = torch.zeros((), device=s.device)  # summed on the device: no host sync per step
             for b in rng.permutation(len(batches)):  # random batch order (matters only when bucketed)
                 idx = batches[b]
-                set_lr(opt, linear_schedule(step, s.learning_rate, warmup, steps))
+                schedule(opt, step, s.learning_rate, warmup, steps)
                 ids, mask, types = batch(train, idx, s.device)
                 with s.ctx:
                     _, loss = fwd(ids, torch.from_numpy(train['y'][idx]).to(s.device), attention_mask=mask,
@@ -436,7 +437,7 @@ def settings(config):
     missing = [p for t in s.task_list for p in tsv_files(t, s.data_dir).values() if s.data_dir and not os.path.isfile(p)]
     if missing:  # now, not hours into the run
         raise SystemExit(f"finetune_glue: missing GLUE files: {', '.join(missing)} (pick tasks with --tasks=...)")
-    s.device_type, s.dtype, why, s.ctx = set_up(s.device, s.dtype)
+    s.device_type, s.dtype, why, s.ctx, _ = set_up(s.device, s.dtype)
     print(f"finetune_glue: {s.device}, {s.dtype} ({why})", flush=True)
     return s
 

@@ -356,6 +356,14 @@ class Bert(nn.Module):
                 if isinstance(m, SelfAttention):
                     m.score_gain.fill_(gain)
 
+    def diagnostics(self, idx, since=None):
+        """diagnostics() of the encoder on one batch (eval mode, eager); with since = (steps, probe) of an earlier
+        call, also how fast the scores moved since (score_change, per step)."""
+        diag = diagnostics(self.encoder, idx)
+        if since is not None:
+            diag["score_change"] = score_change(diag["probe"], since[1], since[0])
+        return diag
+
     def flops_per_token(self, T, pred_frac):
         """Training FLOPs per input token (forward + backward = 3x forward, 2 FLOPs per multiply-add).
         pred_frac = fraction of positions where the MLM head is computed (it runs only there)."""

@@ -12,12 +12,12 @@ Writes <out>_loss, <out>_diagnostics and <out>_glue (.png and .svg) and prints M
 <out> is plot_ in the folder that holds the runs (e.g. out/plot_loss.png).
 """
 import json
+import math
 import os
 from collections import defaultdict
 
 import numpy as np
 
-from rundir import first_step_below, read_evals
 
 # -----------------------------------------------------------------------------
 runs = ""  # comma list of train.py out_dirs (each with log.jsonl)
@@ -26,6 +26,40 @@ labels = ""  # legend labels in the order of --runs (then of --benchmarks); a re
 threshold = 0.0  # eval loss of the "first step reaching it" criterion; 0 = the worst final loss + 10%
 out = ""  # output path prefix; '' = <folder holding the first run or benchmark>/plot
 # -----------------------------------------------------------------------------
+
+
+def read_evals(run):
+    """The eval records of a train.py run (its out_dir or log.jsonl), sorted by step. A half-written last line
+    (a killed run) is skipped; anything else malformed is a one-line error."""
+    path = os.path.join(run, "log.jsonl") if os.path.isdir(run) else run
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"cannot read {path} ({getattr(e, 'strerror', None) or e}): not a train.py out_dir?")
+    evals = []
+    for n, line in enumerate(lines, 1):
+        try:
+            r = json.loads(line) if line.strip() else {}
+        except ValueError:
+            if n == len(lines):
+                continue
+            raise SystemExit(f"{path}, line {n}: not JSON; is this a train.py log.jsonl?")
+        if isinstance(r, dict) and r.get("type") == "eval":
+            if not isinstance(r.get("step"), int) or not isinstance(r.get("loss"), (int, float)) or \
+                    not math.isfinite(r["loss"]):
+                raise SystemExit(f"{path}, line {n}: an eval record needs a step and a finite loss")
+            evals.append(r)
+    if not evals:
+        if lines and not any(line.strip().startswith("{") for line in lines):
+            raise SystemExit(f"{path} is not JSON lines: is this a train.py log.jsonl?")
+        raise SystemExit(f"{path} has no eval records: run train.py past its first eval_interval")
+    return sorted(evals, key=lambda r: r["step"])
+
+
+def first_step_below(evals, level):
+    """The study's criterion: the first eval step whose loss is <= level (None if never)."""
+    return next((r["step"] for r in evals if r["loss"] <= level), None)
 
 
 def read_benchmark(run):

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 import tokenizer
 from configurator import oneline
-from rundir import locked, read_json
+from files import locked, read_json
 
 # -----------------------------------------------------------------------------
 source = 'builtin'   # 'builtin' | 'gcide' | 'prose' | 'oscar' | 'files' | 'hf:<dataset>' (any Hugging Face dataset)

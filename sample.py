@@ -11,7 +11,7 @@ filled in. A [MASK] stands for one GPT-2 token, which carries its own leading sp
 import torch
 
 from device import check_device
-from rundir import load_checkpoint
+from checkpoint import load_checkpoint
 from model import Bert, BertConfig
 from tokenizer import encode_with_specials, get_tokenizer
 

@@ -60,10 +60,13 @@ def linear_schedule(step, lr, warmup, total, decay=True):
     return lr * max(0.0, (total - step) / max(1, total - warmup)) if decay else lr
 
 
-def set_lr(optimizer, lr):
-    """The schedule's learning rate in every parameter group, times the group's own lr_scale if it has one."""
+def schedule(optimizer, step, lr, warmup, total, decay=True):
+    """Sets the learning rate of `step` (linear_schedule) in every parameter group, times the group's own lr_scale if
+    it has one; returns it."""
+    lr = linear_schedule(step, lr, warmup, total, decay)
     for group in optimizer.param_groups:
         group["lr"] = lr * group.get("lr_scale", 1.0)
+    return lr
 
 
 def optimizer_step(optimizer, scaler, params, grad_clip):

@@ -28,10 +28,12 @@ import numpy as np
 import torch
 
 import plot
+from checkpoint import load_checkpoint
 from configurator import check, configure, read_file
 from dataloader import dataset_dir, load_dataset
-from rundir import (END_KEYS, MACHINE_KEYS, atomic_write, first_step_below, load_checkpoint, lock_dir, locked, read_evals,
-                    run_changes, write_json)
+from files import atomic_write, lock_dir, locked, write_json
+from plot import first_step_below, read_evals
+from run import END_KEYS, MACHINE_KEYS, run_changes
 
 # -----------------------------------------------------------------------------
 base = 'config/study.py'  # the train.py config every arm starts from
@@ -276,7 +278,7 @@ def code_commit():
 
 def differ(have, cmd):
     """What makes the run made with the settings `have` another run than the train.py command cmd asks for (not
-    where it ran, nor how far: see rundir.run_changes)."""
+    where it ran, nor how far: see run.run_changes)."""
     return run_changes(have, configure(dict(have), argv=cmd), ignore=RUN_KEYS_IGNORED)
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import export_hf
-from rundir import atomic_write
+from files import atomic_write
 from model import Bert, BertClassifier, BertConfig
 from tokenizer import encode_with_specials, get_tokenizer
 

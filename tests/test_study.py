@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import study
-from rundir import first_step_below, lock_dir, unlock_dir
+from files import lock_dir, unlock_dir
+from plot import first_step_below
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

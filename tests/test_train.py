@@ -12,7 +12,8 @@ import torch
 
 import dataloader
 import device
-import rundir
+import checkpoint
+import files
 from model import Bert, BertConfig
 from step import distribute_and_compile, linear_schedule
 
@@ -88,28 +89,28 @@ def test_masking_short_rows_select_only_real_tokens():
 
 def test_atomic_write_survives_crash_and_full_disk(tmp_path):
     path = str(tmp_path / "ckpt.pt")
-    rundir.save_checkpoint({"iter_num": 1, "w": torch.ones(3)}, path)
+    checkpoint.save_checkpoint({"iter_num": 1, "w": torch.ones(3)}, path)
 
     class Boom:
         def __reduce__(self):
             raise RuntimeError("simulated crash while writing")
 
     with pytest.raises(RuntimeError, match="simulated crash"):
-        rundir.save_checkpoint({"iter_num": 2, "w": torch.zeros(1000), "x": Boom()}, path)
+        checkpoint.save_checkpoint({"iter_num": 2, "w": torch.zeros(1000), "x": Boom()}, path)
 
     def full_disk(f):
         f.write(b"partial")
         raise OSError(28, "No space left on device")
 
     with pytest.raises(SystemExit, match=r"cannot write .*ckpt.pt: No space left on device; it is unchanged"):
-        rundir.atomic_write(path, full_disk)
+        files.atomic_write(path, full_disk)
     assert torch.load(path, weights_only=True)["iter_num"] == 1  # the previous checkpoint is intact
     assert os.listdir(tmp_path) == ["ckpt.pt"]  # and no temporary file is left behind
 
 
 def test_a_full_disk_inside_torch_save_is_one_line_and_stale_temporaries_go(tmp_path, monkeypatch):
     path = str(tmp_path / "ckpt.pt")
-    rundir.save_checkpoint({"iter_num": 1}, path)
+    checkpoint.save_checkpoint({"iter_num": 1}, path)
 
     def full(obj, f):
         f.write(b"partial")
@@ -117,13 +118,13 @@ def test_a_full_disk_inside_torch_save_is_one_line_and_stale_temporaries_go(tmp_
                            "data/0: file write failed")
     monkeypatch.setattr(torch, "save", full)
     with pytest.raises(SystemExit, match=r"cannot write .*ckpt.pt: the write failed \(a full disk\?\)"):
-        rundir.save_checkpoint({"iter_num": 2}, path)
+        checkpoint.save_checkpoint({"iter_num": 2}, path)
     monkeypatch.undo()
     assert os.listdir(tmp_path) == ["ckpt.pt"] and torch.load(path, weights_only=True)["iter_num"] == 1
     (tmp_path / "snapshots").mkdir()
     for name in ("ckpt.pt.tmp.123", "snapshots/ckpt_0000010.pt.tmp.99", "notes.tmp.txt"):
         (tmp_path / name).write_bytes(b"x")
-    rundir.remove_stale_temporaries(str(tmp_path))
+    files.remove_stale_temporaries(str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", "notes.tmp.txt", "snapshots"]
     assert os.listdir(tmp_path / "snapshots") == []
 
@@ -142,10 +143,10 @@ def test_checkpoint_loader_checks(tmp_path):
     for name, msg in (("garbage.pt", "not a readable checkpoint"), ("other.pt", "not a train.py checkpoint"),
                       ("nan.pt", "non-finite"), ("wrong.pt", "do not fit its model_args"), ("missing.pt", "no checkpoint")):
         with pytest.raises(SystemExit, match=msg):
-            rundir.load_checkpoint(str(tmp_path / name))
-    assert rundir.load_checkpoint(str(tmp_path / "snapshot.pt"))["iter_num"] == 5  # fine to fine-tune or export
+            checkpoint.load_checkpoint(str(tmp_path / name))
+    assert checkpoint.load_checkpoint(str(tmp_path / "snapshot.pt"))["iter_num"] == 5  # fine to fine-tune or export
     with pytest.raises(SystemExit, match="model-only snapshot: it cannot be resumed"):
-        rundir.load_checkpoint(str(tmp_path / "snapshot.pt"), resume=True)
+        checkpoint.load_checkpoint(str(tmp_path / "snapshot.pt"), resume=True)
 
 
 def test_dtype_follows_the_device(monkeypatch, tmp_path):
@@ -408,7 +409,7 @@ def test_a_diverged_model_is_never_saved(data_dir, tmp_path):
                   "--warmup_iters=0", "--max_iters=20", "--eval_interval=100", "--log_interval=100",
                   "--checkpoint_interval=6", check=False)
     one_line_error(p, f"the weights are not finite (NaN/inf) at step 6; nothing was saved. Last good checkpoint: {out}")
-    kept = rundir.load_checkpoint(os.path.join(out, "ckpt.pt"), resume=True)  # finite, unchanged
+    kept = checkpoint.load_checkpoint(os.path.join(out, "ckpt.pt"), resume=True)  # finite, unchanged
     assert kept["iter_num"] == 4 and all(torch.equal(kept["model"][k], v) for k, v in good["model"].items())
     assert os.listdir(os.path.join(out, "snapshots")) == []
 
@@ -436,7 +437,7 @@ def test_another_runs_files_are_never_touched(data_dir, tmp_path):
 
 def test_one_run_per_out_dir(data_dir, tmp_path):
     out = str(tmp_path / "run")
-    holder = subprocess.Popen([sys.executable, "-c", f"import rundir, time; rundir.lock_dir({out!r}, 'train.py "
+    holder = subprocess.Popen([sys.executable, "-c", f"import files, time; files.lock_dir({out!r}, 'train.py "
                                "config/x.py'); print('held', flush=True); time.sleep(60)"], cwd=ROOT,
                               stdout=subprocess.PIPE, text=True)
     try:

@@ -1,12 +1,13 @@
-"""Is this the same run? train.py's resume policy (rundir.open_run) and the identity it and study.py share
-(rundir.run_changes), called directly: no subprocess, no training."""
+"""Is this the same run? train.py's resume policy (run.open_run) and the identity it and study.py share
+(run.run_changes), called directly: no subprocess, no training."""
 import os
 
 import pytest
 import torch
 
 from model import Bert, BertConfig
-from rundir import locked, open_run, run_changes, lock_dir
+from files import lock_dir, locked, unlock_dir
+from run import NothingToDo, open_run, run_changes
 
 MODEL = dict(n_layer=1, n_head=2, n_embd=16, n_inner=32, block_size=16, dropout=0.0, attention_type="pairwise",
              hybrid_pattern="original,additive", sub_ln=False, s_init_std=1.0, symmetric_init=False, score_scale=1.0,
@@ -53,15 +54,13 @@ def test_a_new_run_needs_a_folder_without_another_run(tmp_path):
         open_run(str(tmp_path / "bad"), {**RUN, "n_embd": 15}, set())
 
 
-def test_the_same_finished_run_again_is_nothing_to_do(tmp_path, capsys):
+def test_the_same_finished_run_again_is_nothing_to_do(tmp_path):
     save_run(tmp_path / "done")
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(NothingToDo, match="already holds this run, finished at step 100"):  # train.py: exit 0
         open_run(str(tmp_path / "done"), {**RUN, "device": "cuda", "compile": False}, set())
-    assert e.value.code in (0, None) and "already holds this run, finished at step 100" in capsys.readouterr().out
     save_run(tmp_path / "stopped", iter_num=60, eval_loss=4.0, target_loss=4.2, min_iters=50)  # met its target
-    with pytest.raises(SystemExit) as e:
+    with pytest.raises(NothingToDo, match="--target_loss=0"):  # how to go on past it
         open_run(str(tmp_path / "stopped"), {**RUN, "target_loss": 4.2, "min_iters": 50}, set())
-    assert e.value.code in (0, None) and "--target_loss=0" in capsys.readouterr().out  # how to go on past it
     with pytest.raises(SystemExit, match="holds another run"):  # a lower target is not met yet
         open_run(str(tmp_path / "stopped"), {**RUN, "target_loss": 3.9, "min_iters": 50}, set())
 
@@ -92,3 +91,4 @@ def test_locked_releases_its_folder(tmp_path):
     with locked(str(tmp_path / "a"), "test"):
         assert "test (pid" in (tmp_path / "a" / ".lock").read_text()
     lock_dir(str(tmp_path / "a"), "again")  # free again after the block
+    unlock_dir(str(tmp_path / "a"))

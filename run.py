@@ -1,0 +1,257 @@
+"""
+A training run's life in its folder (out_dir), which train.py reads as `run = Run(...)`: the folder held by one
+process, the decision before any compute (a new run, the run there resumed with its own settings, or nothing to do),
+a resumed run's state restored to the bit, saves that are whole and never of a non-finite model, the stop on a
+signal at the end of a step (every process together), and the log. What makes two settings the same run
+(run_changes) is here too: study.py asks it of its records.
+"""
+import dataclasses
+import json
+import os
+import signal
+import time
+
+import torch
+import torch.distributed as dist
+
+from checkpoint import all_finite, load_checkpoint, save_checkpoint
+from files import atomic_write, lock_dir, remove_stale_temporaries
+from model import BertConfig
+
+
+class NothingToDo(Exception):
+    """The run asked for is in out_dir, finished: the message says so and how to train it further."""
+
+
+class Run:
+    """train.py's run in out_dir. Made before any compute: rank 0 holds the folder and removes the half-written files
+    of killed runs, then open_run decides (nothing_to_do: the same run is finished there). config, updated in place by
+    a resume, holds the run's own settings."""
+
+    def __init__(self, out_dir, config, given, rank=0, who="train.py"):
+        self.out_dir = os.path.abspath(out_dir)
+        self.ckpt_path = os.path.join(self.out_dir, "ckpt.pt")
+        self.master = rank == 0
+        if self.master:  # before anything in the folder is read
+            lock_dir(self.out_dir, who[:200])
+            remove_stale_temporaries(self.out_dir)
+        self.nothing_to_do = None  # or a message: the same run is finished there (train.py exits 0)
+        try:
+            self.ckpt, self.model_args, self.changed = open_run(self.out_dir, config, given)
+        except NothingToDo as e:
+            self.nothing_to_do, self.ckpt, self.model_args, self.changed = str(e), None, None, []
+        self.config, self.resumed = config, self.ckpt is not None
+        self.last_good = self.ckpt_path if self.resumed else None  # named when a run must stop
+        self.signals, self.log, self.rng = [], None, None
+
+    def restore(self, model, optimizer, scaler, rank=0, world=1, device_type="cpu", flag_group=None):
+        """The resumed run's model, optimizer and loss scaler, and its loop state (iter_num, last_eval, eval_loss,
+        probe); a new run's is (0, -1, None, None). Its RNG state waits for restore_rng (compiling draws from it). The
+        run keeps what it needs to save and to stop."""
+        self.model, self.optimizer, self.scaler = model, optimizer, scaler
+        self.world, self.device_type, self.flag_group = world, device_type, flag_group
+        if not self.resumed:
+            return 0, -1, None, None
+        ck = self.ckpt
+        model.load_state_dict(ck["model"])
+        try:
+            optimizer.load_state_dict(ck["optimizer"])
+        except ValueError as e:  # parameter groups of another qk_lr_scale
+            raise SystemExit(f"train: {self.ckpt_path}'s optimizer state does not fit these settings ({e}): resume "
+                             f"with the run's own qk_lr_scale ({ck['config'].get('qk_lr_scale', 1.0)})")
+        if scaler.is_enabled() and ck.get("scaler"):  # empty when the run was not fp16
+            scaler.load_state_dict(ck["scaler"])
+        iter_num, last_eval = ck["iter_num"], ck.get("last_eval", ck["iter_num"])
+        eval_loss = ck.get("eval_loss") if last_eval == iter_num else None  # a run stopped at target_loss stays so
+        self.rng = ck["rng"][rank] if len(ck["rng"]) == world else None
+        if self.master:
+            print(f"resuming {self.ckpt_path} at step {iter_num:,} of {self.config['max_iters']:,}", flush=True)
+            if self.changed:
+                print(f"resuming with changed settings ({', '.join(self.changed)}): not an exact continuation",
+                      flush=True)
+            if self.rng is None:
+                print(f"resuming with {world} processes instead of {len(ck['rng'])}: dropout RNG re-seeded", flush=True)
+        return iter_num, last_eval, eval_loss, ck.get("probe")
+
+    def restore_rng(self):
+        """The interrupted run's RNG state, for a bit-exact continuation; the checkpoint is let go."""
+        if self.rng is not None:
+            torch.set_rng_state(self.rng["cpu"])
+            if self.device_type == "cuda" and self.rng.get("cuda") is not None:
+                torch.cuda.set_rng_state(self.rng["cuda"])
+        self.ckpt = self.rng = None
+
+    def open_log(self, step, wandb_project=None):
+        """log.jsonl, cut back to `step` on a resume (rank 0 writes it), and each record to Weights & Biases too if
+        a wandb_project is given."""
+        if not self.master:
+            return
+        also = None
+        if wandb_project:
+            try:
+                import wandb
+            except ImportError:
+                raise SystemExit("train: wandb_log=True but wandb is not installed: pip install wandb")
+            wandb.init(project=wandb_project, name=os.path.basename(self.out_dir), config=self.config)
+            also = lambda record: wandb.log(record, step=record["step"])
+        self.log = open_log(os.path.join(self.out_dir, "log.jsonl"), step if self.resumed else None, also)
+
+    def finished(self, state):
+        """The loop's state has gone as far as the run asks (is_finished)."""
+        return is_finished(state, self.config)
+
+    def stop(self, reason, step):
+        hint = " or dtype=bfloat16 (float32's range)" if self.config["dtype"] == "float16" else ""
+        raise SystemExit(f"train: {reason} at step {step}; nothing was saved. Last good checkpoint: "
+                         f"{self.last_good or 'none'}. Try a lower learning_rate{hint}")
+
+    def save(self, path, state, full=True):
+        """The model at the loop's state (iter_num, last_eval, eval_loss, probe), never a non-finite one; with full,
+        also the optimizer, the scaler and every process's RNG state, to continue to the bit. Rank 0 writes."""
+        if not all_finite(self.model.parameters()):
+            self.stop("the weights are not finite (NaN/inf)", state["iter_num"])
+        ck = {"model": self.model.state_dict(), "model_args": self.model_args, "config": self.config, **state}
+        if full:
+            rng = {"cpu": torch.get_rng_state(),
+                   "cuda": torch.cuda.get_rng_state() if self.device_type == "cuda" else None}
+            rngs = [rng]
+            if self.world > 1:
+                rngs = [None] * self.world
+                dist.all_gather_object(rngs, rng)
+            ck.update(optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(), rng=rngs)
+        if self.master:
+            save_checkpoint(ck, path)
+        if full and path == self.ckpt_path:
+            self.last_good = path
+
+    def catch_signals(self):
+        """From here on SIGTERM and SIGINT are noted, not fatal: the loop finishes its step, saves and stops."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, frame: self.signals.append(signum))
+
+    def signalled(self):
+        """The signal to stop on (0: none); with several processes the largest of all of theirs, over a CPU side
+        channel (no GPU sync), so that they stop at the same step."""
+        stopping = max(self.signals, default=0)
+        if self.flag_group is not None:
+            flag = torch.tensor([stopping])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.flag_group)
+            stopping = int(flag.item())
+        return stopping
+
+    def summary(self, step, eval_loss, eval_acc):
+        """What the finished run left where, and the commands that come next."""
+        rel = os.path.relpath(self.out_dir) if not os.path.relpath(self.out_dir).startswith("..") else self.out_dir
+        c, name = self.config, os.path.basename(self.out_dir)
+        evaluated = f", eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}" if eval_acc is not None else ""
+        target = f" (at or below target_loss {c['target_loss']})" if step < c["max_iters"] else ""
+        folder = os.path.join(self.out_dir, "snapshots")
+        snapshots = len(os.listdir(folder)) if os.path.isdir(folder) else 0
+        return (f"done: step {step}{evaluated}{target}. In {rel}/: ckpt.pt (the full state), log.jsonl (the curves), "
+                f"snapshots/ ({snapshots} model-only)."
+                f"\nnext: python sample.py --init_from={rel}/ckpt.pt --text='The [MASK] sat on the mat.'"
+                f"\n      python finetune_glue.py --init_from={rel}/ckpt.pt --data_dir=<GLUE folder> --tasks=sst2,stsb"
+                f"\n      python plot.py --runs={rel}    |    python export_hf.py --init_from={rel}/ckpt.pt "
+                f"--out_dir=hf/{name}\n      to train further: a higher --max_iters with --init_from=resume"
+                + (" --target_loss=0" if c["target_loss"] else ""))
+
+    def close(self):
+        """Every process waits for rank 0's last save before the processes end: none leaves early (torchrun would
+        stop the others while rank 0 is still writing)."""
+        if self.flag_group is not None:
+            dist.barrier(group=self.flag_group)
+            dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------- is this the same run?
+MACHINE_KEYS = ("init_from", "out_dir", "device", "dtype", "compile")  # where and how a run is made, not what it is
+END_KEYS = ("target_loss", "min_iters", "max_iters")  # where it ends
+
+
+SAVE_KEYS = ("save_interval", "checkpoint_interval")  # how often it is saved: not what it computes
+
+
+def run_changes(old, new, ignore=MACHINE_KEYS):
+    """What makes the settings `new` another run than the run made with `old`: ['key old -> new', ...] over the
+    settings both have, other than `ignore`, how often it is saved, and where a run ends (target_loss, min_iters;
+    max_iters too under a constant learning rate, where a longer run has the same past)."""
+    ends = tuple(k for k in END_KEYS if k != "max_iters" or not new.get("decay_lr", True))
+    return [f"{k} {old[k]!r} -> {v!r}" for k, v in new.items()
+            if k in old and k not in ignore + ends + SAVE_KEYS and old[k] != v]
+
+
+def is_finished(ck, config):
+    """The run at the state ck (iter_num, last_eval, eval_loss: a checkpoint's) has gone as far as config asks: to
+    max_iters, or to an eval at or after min_iters (never step 0) with a loss at or below target_loss (0: none)."""
+    stopped = config["target_loss"] and ck.get("eval_loss") is not None and ck.get("last_eval") == ck["iter_num"] \
+        and ck["eval_loss"] <= config["target_loss"] and ck["iter_num"] >= max(config["min_iters"], 1)
+    return ck["iter_num"] >= config["max_iters"] or bool(stopped)
+
+
+def open_run(out_dir, config, given):
+    """train.py's policy for out_dir, decided before any compute. Returns (ckpt, model_args, changed):
+    - init_from='resume': the run of out_dir/ckpt.pt goes on. Every setting not given now (`given`: those set by a
+      config file or --key=value) is the run's own, its precision too (config is updated in place); `changed` lists
+      the given ones that make it another run (not an exact continuation). Asking for another model is an error.
+    - a new run: ckpt is None. The same run, finished, is nothing to do (NothingToDo); any other run there is never
+      touched (an error)."""
+    ckpt_path = os.path.join(out_dir, "ckpt.pt")
+    model_keys = [f.name for f in dataclasses.fields(BertConfig) if f.name in config]
+    if config["init_from"] == "resume":
+        ckpt = load_checkpoint(ckpt_path, resume=True)
+        config.update({k: v for k, v in ckpt["config"].items() if k in config and k not in given | set(MACHINE_KEYS)})
+        if "dtype" not in given and (ckpt["config"].get("dtype") != "float16" or config["device"].startswith("cuda")):
+            config["dtype"] = ckpt["config"].get("dtype", config["dtype"])  # its precision (fp16: on a GPU only)
+        model_args = ckpt["model_args"]  # the checkpoint decides the architecture
+        clash = [f"{k} {config[k]!r} (checkpoint: {model_args.get(k)!r})" for k in model_keys
+                 if k in given and config[k] != model_args.get(k, BertConfig.__dataclass_fields__[k].default)]
+        if clash:
+            raise SystemExit(f"train: resuming {ckpt_path}, but the settings ask for another model: {', '.join(clash)}."
+                             " Drop them to resume, or start a new out_dir")
+        return ckpt, model_args, sorted(run_changes(ckpt["config"], config))
+    snapshots = os.path.join(out_dir, "snapshots")
+    found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
+    found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
+    if "ckpt.pt" in found:
+        try:
+            old = load_checkpoint(ckpt_path, resume=True)
+        except SystemExit:  # not even readable: certainly not this run (refused below, nothing touched)
+            old = None
+        if old and not run_changes(old["config"], config) and is_finished(old, config):
+            further = "--init_from=resume" + (" --target_loss=0" if old["iter_num"] < config["max_iters"] else
+                                              " and a higher --max_iters")
+            raise NothingToDo(f"{out_dir} already holds this run, finished at step {old['iter_num']}: nothing to do. "
+                              f"To train it further: {further}; a new run: another --out_dir")
+    if found:
+        raise SystemExit(f"train: {out_dir} holds another run ({', '.join(found)}): continue it with "
+                         "--init_from=resume, or choose another out_dir (nothing is overwritten)")
+    try:
+        return None, vars(BertConfig(**{k: config[k] for k in model_keys})), []
+    except ValueError as e:
+        raise SystemExit(f"train: {e}")
+
+
+# ----------------------------------------------------------------------------- the log
+def open_log(path, resume_step=None, also=None):
+    """train.py's log.jsonl as a function log(record), which appends the record with the wall-clock time (and calls
+    also(record), if given). On a resume the file is first cut back to the records up to resume_step: those after it
+    belong to steps the run repeats (a half-written line of a killed run goes too)."""
+    if resume_step is not None and os.path.exists(path):
+        kept = []
+        with open(path) as f:
+            for line in f:
+                try:
+                    if json.loads(line)["step"] <= resume_step:
+                        kept.append(line)
+                except (ValueError, KeyError, TypeError):
+                    pass
+        atomic_write(path, lambda f: f.writelines(kept), mode="w")
+    f = open(path, "a")
+
+    def log(record):
+        record["time"] = round(time.time(), 1)  # how long a run took, across resumes
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+        if also:
+            also(record)
+    return log
