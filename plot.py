@@ -119,6 +119,101 @@ def save(fig, path):
     print(f"wrote {path}.png and {path}.svg")
 
 
+def output_prefix(out, first):
+    """--out, or plot in the folder that holds the first run or benchmark; its folder made."""
+    out = out or os.path.join(os.path.dirname(os.path.normpath(first)) or ".", "plot")
+    if os.path.dirname(out):
+        try:
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+        except OSError as e:
+            raise SystemExit(f"plot: cannot create {os.path.dirname(out)} ({e.strerror}): choose another --out")
+    return out
+
+
+def loss_figure(groups, level, path):
+    """Eval loss against steps, each arm's seeds as a mean with a min-max band, and the criterion's level."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=150)
+    for label, curves in groups.items():
+        draw(ax, curves, lambda r: r["loss"], label)
+    ax.axhline(level, color="gray", ls=":", lw=1, label=f"criterion: eval loss {level:.2f}")
+    # the y axis shows the plateau and what follows (from 10% of the run on), not the first drop from ~11
+    last = max(c[-1]["step"] for g in groups.values() for c in g)
+    shown = [r["loss"] for g in groups.values() for c in g for r in c if r["step"] >= last / 10]
+    ax.set_ylim(min(min(shown), level) - 0.1, max(max(shown), level) + 0.1)  # the criterion's line is shown
+    ax.set(xlabel="step", ylabel="eval cross-entropy (nats)", title="MLM pre-training: evaluation loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save(fig, path)
+    plt.close(fig)
+
+
+def loss_table(groups, level):
+    """Per arm: seeds, final step(s), final eval loss, the first step at or below the level, and against the fastest."""
+    reached = {label: [first_step_below(c, level) for c in curves] for label, curves in groups.items()}
+    mean_reached = {k: np.mean(v) if None not in v else None for k, v in reached.items()}
+    fastest = min((s for s in mean_reached.values() if s), default=None)
+    print(f"\n| run | seeds | final step | final eval loss | first step with eval loss <= {level:.3f} | vs fastest |")
+    print("|---|---|---|---|---|---|")
+    for label, curves in groups.items():
+        finals = [c[-1]["loss"] for c in curves]
+        loss = f"{np.mean(finals):.4f}" + (f" ({min(finals):.4f}-{max(finals):.4f})" if len(finals) > 1 else "")
+        steps = ", ".join(str(s) if s is not None else "not reached" for s in reached[label])
+        m = mean_reached[label]
+        ratio = f"{m / fastest:.2f}x" if m and fastest else "-"
+        ends = sorted({c[-1]["step"] for c in curves})  # seeds may end at different steps: their range
+        end = str(ends[0]) if len(ends) == 1 else f"{ends[0]}-{ends[-1]}"
+        print(f"| {label} | {len(curves)} | {end} | {loss} | {steps} | {ratio} |")
+
+
+def diagnostics_figure(groups, path):
+    """The plateau diagnostics: each layer's attention entropy, and representation collapse."""
+    plt = pyplot()
+    n_layer = max(len(r.get("attn_entropy", [])) for g in groups.values() for c in g for r in c)
+    cols = min(3, n_layer + 1)
+    rows = -(-(n_layer + 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), dpi=150, squeeze=False)
+    panels = [(f"layer {l + 1}: attention entropy / log(keys)",
+               lambda r, l=l: r["attn_entropy"][l] if len(r.get("attn_entropy", [])) > l else None)
+              for l in range(n_layer)]
+    panels.append(("representation collapse: mean cosine", lambda r: r.get("collapse")))
+    for ax, (title, key) in zip(axes.flat, panels):
+        for label, curves in groups.items():
+            draw(ax, curves, key, label)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    save(fig, path)
+    plt.close(fig)
+
+
+def glue_figure(benchmarks, path):
+    """Figure 3: GLUE score against pre-training step per benchmark ([(label, folder)]), with a table."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=150)
+    print("\n| run | final score | 95% of final | first step reaching it |\n|---|---|---|---|")
+    task_sets = set()
+    for label, d in benchmarks:
+        points, step_95, target_95, tasks = read_benchmark(d)
+        task_sets.add(tuple(tasks) if tasks else None)
+        line = ax.plot(*zip(*points), marker="o", ms=3, label=label)[0]
+        ax.axhline(target_95, color=line.get_color(), ls=":", lw=1, label=f"95% of {label}'s final score")
+        print(f"| {label} | {points[-1][1]:.2f} | {target_95:.2f} | {step_95} |")
+    tasks = task_sets.pop() if len(task_sets) == 1 else None
+    full = tasks is None or len(tasks) >= 8
+    ax.set(xlabel="pre-training step", ylabel="GLUE score" if full else "mean score of " + ", ".join(tasks),
+           title="GLUE score of pre-training checkpoints" if full else
+           f"GLUE tasks {', '.join(tasks)} (not the GLUE score)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save(fig, path)
+    plt.close(fig)
+
+
 def main(runs, benchmarks, labels, threshold, out):
     """runs, benchmarks, labels: comma lists (the command line) or lists (a caller whose labels hold commas)."""
     if not runs and not benchmarks:
@@ -126,86 +221,20 @@ def main(runs, benchmarks, labels, threshold, out):
     items = lambda v: [x for x in (v if isinstance(v, list) else v.split(",")) if x]
     run_dirs, bench_dirs, names = items(runs), items(benchmarks), items(labels)
     name = lambda i, d: names[i] if i < len(names) else os.path.basename(os.path.normpath(d))
-    out = out or os.path.join(os.path.dirname(os.path.normpath((run_dirs or bench_dirs)[0])) or ".", "plot")
-    if os.path.dirname(out):
-        try:
-            os.makedirs(os.path.dirname(out), exist_ok=True)
-        except OSError as e:
-            raise SystemExit(f"plot: cannot create {os.path.dirname(out)} ({e.strerror}): choose another --out")
-    plt = pyplot()
+    out = output_prefix(out, (run_dirs or bench_dirs)[0])
+    pyplot()  # matplotlib present, before any file is read
     if run_dirs:
         groups = defaultdict(list)  # label -> [eval records of each run]
         for i, d in enumerate(run_dirs):
             groups[name(i, d)].append(read_evals(d))
         level = threshold or max(c[-1]["loss"] for g in groups.values() for c in g) * 1.1
-        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=150)
-        for label, curves in groups.items():
-            draw(ax, curves, lambda r: r["loss"], label)
-        ax.axhline(level, color="gray", ls=":", lw=1, label=f"criterion: eval loss {level:.2f}")
-        # the y axis shows the plateau and what follows (from 10% of the run on), not the first drop from ~11
-        last = max(c[-1]["step"] for g in groups.values() for c in g)
-        shown = [r["loss"] for g in groups.values() for c in g for r in c if r["step"] >= last / 10]
-        ax.set_ylim(min(min(shown), level) - 0.1, max(max(shown), level) + 0.1)  # the criterion's line is shown
-        ax.set(xlabel="step", ylabel="eval cross-entropy (nats)", title="MLM pre-training: evaluation loss")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        save(fig, f"{out}_loss")
-        plt.close(fig)
-        reached = {label: [first_step_below(c, level) for c in curves] for label, curves in groups.items()}
-        mean_reached = {k: np.mean(v) if None not in v else None for k, v in reached.items()}
-        fastest = min((s for s in mean_reached.values() if s), default=None)
-        print(f"\n| run | seeds | final step | final eval loss | first step with eval loss <= {level:.3f} | vs fastest |")
-        print("|---|---|---|---|---|---|")
-        for label, curves in groups.items():
-            finals = [c[-1]["loss"] for c in curves]
-            loss = f"{np.mean(finals):.4f}" + (f" ({min(finals):.4f}-{max(finals):.4f})" if len(finals) > 1 else "")
-            steps = ", ".join(str(s) if s is not None else "not reached" for s in reached[label])
-            m = mean_reached[label]
-            ratio = f"{m / fastest:.2f}x" if m and fastest else "-"
-            ends = sorted({c[-1]["step"] for c in curves})  # seeds may end at different steps: their range
-            end = str(ends[0]) if len(ends) == 1 else f"{ends[0]}-{ends[-1]}"
-            print(f"| {label} | {len(curves)} | {end} | {loss} | {steps} | {ratio} |")
+        loss_figure(groups, level, f"{out}_loss")
+        loss_table(groups, level)
         if any("collapse" in r for g in groups.values() for c in g for r in c):
-            n_layer = max(len(r.get("attn_entropy", [])) for g in groups.values() for c in g for r in c)
-            cols = min(3, n_layer + 1)
-            rows = -(-(n_layer + 1) // cols)
-            fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), dpi=150, squeeze=False)
-            panels = [(f"layer {l + 1}: attention entropy / log(keys)",
-                       lambda r, l=l: r["attn_entropy"][l] if len(r.get("attn_entropy", [])) > l else None)
-                      for l in range(n_layer)]
-            panels.append(("representation collapse: mean cosine", lambda r: r.get("collapse")))
-            for ax, (title, key) in zip(axes.flat, panels):
-                for label, curves in groups.items():
-                    draw(ax, curves, key, label)
-                ax.set_title(title, fontsize=9)
-                ax.set_xlabel("step", fontsize=8)
-                ax.tick_params(labelsize=7)
-                ax.grid(alpha=0.3)
-            for ax in list(axes.flat)[len(panels):]:
-                ax.axis("off")
-            axes.flat[0].legend(fontsize=7)
-            save(fig, f"{out}_diagnostics")
-            plt.close(fig)
-    if bench_dirs:
-        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=150)
-        print("\n| run | final score | 95% of final | first step reaching it |\n|---|---|---|---|")
-        task_sets = set()
-        for i, d in enumerate(bench_dirs):
-            label = name(len(run_dirs) + i, d) if len(names) > len(run_dirs) else name(i, d)
-            points, step_95, target_95, tasks = read_benchmark(d)
-            task_sets.add(tuple(tasks) if tasks else None)
-            line = ax.plot(*zip(*points), marker="o", ms=3, label=label)[0]
-            ax.axhline(target_95, color=line.get_color(), ls=":", lw=1, label=f"95% of {label}'s final score")
-            print(f"| {label} | {points[-1][1]:.2f} | {target_95:.2f} | {step_95} |")
-        tasks = task_sets.pop() if len(task_sets) == 1 else None
-        full = tasks is None or len(tasks) >= 8
-        ax.set(xlabel="pre-training step", ylabel="GLUE score" if full else "mean score of " + ", ".join(tasks),
-               title="GLUE score of pre-training checkpoints" if full else
-               f"GLUE tasks {', '.join(tasks)} (not the GLUE score)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        save(fig, f"{out}_glue")
-        plt.close(fig)
+            diagnostics_figure(groups, f"{out}_diagnostics")
+    if bench_dirs:  # labels after the runs' if there are more than runs, else from the first
+        first = len(run_dirs) if len(names) > len(run_dirs) else 0
+        glue_figure([(name(first + i, d), d) for i, d in enumerate(bench_dirs)], f"{out}_glue")
 
 
 if __name__ == "__main__":
