@@ -298,7 +298,7 @@ def record_complete(evals, u, cap):
 def plan_runs():
     arm_list = arms.split(',') if arms else list(ARMS)
     check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
-          (all(s.isdigit() for s in seeds.split(',')) if seeds else True, f"seeds must be a comma list of integers"),
+          (all(s.isdigit() for s in seeds.split(',')) if seeds else True, "seeds must be a comma list of integers"),
           (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
           )
     plan = []

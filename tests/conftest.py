@@ -5,11 +5,15 @@ import sys
 import pytest
 import torch
 
-# the project is a set of top-level scripts (nanoGPT style): make them importable from the tests
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+sys.path.insert(0, ROOT)  # the project is a set of top-level scripts (nanoGPT style): importable from the tests
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+def run_script(*args, cwd=ROOT, timeout=600, env=None):
+    """python ARGS in the repository (or cwd), one torch thread (tiny models: no oversubscription), output captured."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

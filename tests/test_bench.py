@@ -1,17 +1,12 @@
 """bench.py: it runs and prints its tables at a tiny shape (and the profile's categories); bad options are one line."""
-import os
-import subprocess
-import sys
-
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import run_script
+
 
 
 def bench(*args):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "bench.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return run_script("bench.py", *args, timeout=300)
 
 
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--n_inner=64", "--vocab_size=512", "--block_size=32",
@@ -21,11 +16,18 @@ TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--n_inner=64", "--vocab_siz
 def test_bench_runs_and_reports_every_operator_in_both_precisions():
     p = bench(*TINY, "--hf_modes=", "--dtypes=float32,bfloat16", "--seq_lens=64,128")
     assert p.returncode == 0, p.stderr[-2000:]
-    for op in ("original", "symmetric", "pairwise", "additive", "hybrid"):
-        for dtype in ("float32", "bfloat16"):
-            assert f"| ours, {op} | {dtype} | eager |" in p.stdout
+    rows = {(r[0].lstrip("| "), r[1]): r for r in (line.split(" | ") for line in p.stdout.splitlines()
+                                                    if line.startswith("| ours"))}
+    ops = ("original", "symmetric", "pairwise", "additive", "hybrid")
+    assert set(rows) == {(f"ours, {op}", dtype) for op in ops for dtype in ("float32", "bfloat16")}
+    for row in rows.values():  # tokens/s is the batch's 64 tokens over the step time printed beside it
+        assert float(row[4].replace(",", "")) == pytest.approx(64 / (float(row[3]) / 1e3), rel=0.01)
     assert "matmul peak here (64 x 64): float32 " in p.stdout and ", bfloat16 " in p.stdout
-    assert "bf16 over float32, per model: original " in p.stdout
+    ratios = dict(part.rsplit(" ", 1) for part in p.stdout.split("bf16 over float32, per model: ")[1]
+                  .splitlines()[0].split(", "))
+    for op in ops:  # each model's bf16-over-float32 speed-up is the ratio of its two step times
+        want = float(rows[(f"ours, {op}", "float32")][3]) / float(rows[(f"ours, {op}", "bfloat16")][3])
+        assert float(ratios[op].rstrip("x")) == pytest.approx(want, rel=0.05, abs=0.01)
     assert "| additive |" in p.stdout  # the seq-len table
 
 

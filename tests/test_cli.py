@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT, run_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ["train.py", "prepare_oscar.py", "finetune_glue.py", "bench.py", "plot.py", "study.py", "sample.py",
            "export_hf.py"]
 
@@ -40,8 +40,7 @@ def test_help_lists_every_key_with_its_comment(script):
 
 
 def run(args, cwd):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return run_script(*args, cwd=cwd)
 
 
 def test_quick_start_runs_twice_and_keeps_the_first_run(tmp_path):

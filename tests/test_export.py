@@ -11,9 +11,9 @@ import export_hf
 from files import atomic_write
 from model import Bert, BertClassifier, BertConfig
 from tokenizer import encode_with_specials, get_tokenizer
+from conftest import ROOT
 
 transformers = pytest.importorskip("transformers")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(n_layer=2, n_head=2, n_embd=32, n_inner=64, block_size=64)
 
 

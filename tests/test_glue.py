@@ -2,7 +2,6 @@ import json
 import math
 import os
 import random
-import subprocess
 import sys
 import types
 
@@ -13,8 +12,8 @@ import torch
 import finetune_glue as fg
 from model import Bert, BertConfig
 from tokenizer import get_tokenizer
+from conftest import run_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(n_layer=2, n_head=2, n_embd=64, n_inner=256, block_size=128)
 
 
@@ -256,9 +255,7 @@ def synthetic(root, n_train, n_dev):
 
 
 def run(*args):
-    env = {**os.environ, 'OMP_NUM_THREADS': '1'}  # a tiny model: one thread each avoids oversubscription
-    cmd = [sys.executable, 'finetune_glue.py', '--device=cpu', '--max_seq_len=32', *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return run_script('finetune_glue.py', '--device=cpu', '--max_seq_len=32', *args, timeout=300)
 
 
 def test_end_to_end_learns_and_resumes(tmp_path):

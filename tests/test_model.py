@@ -38,7 +38,8 @@ def ref_layer_norm(x, w, b):
 
 
 def ref_additive(x, sd, p, d, n_head, real):
-    """Fastformer additive attention (REFERENCE.md section 2) for one sequence, token by token."""
+    """Fastformer additive attention (Wu et al. 2021, as model.py's docstring gives it) for one sequence, token by
+    token."""
     Q, K, V = (x @ sd[f"{p}attn.{n}.weight"].T + sd[f"{p}attn.{n}.bias"] for n in ("query", "key", "value"))
     U = torch.zeros_like(Q)
     for h in range(n_head):

@@ -1,13 +1,12 @@
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
 import plot
+from conftest import ROOT, run_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def write_log(path, evals, diag=False, tail=""):
@@ -50,7 +49,7 @@ def test_the_same_figure_gives_the_same_files(tmp_path):
 
 
 def run_plot(*args):
-    return subprocess.run([sys.executable, "plot.py", *args], capture_output=True, text=True, cwd=ROOT)
+    return run_script("plot.py", *args)
 
 
 def test_plot_writes_figures_and_table(tmp_path, capsys):

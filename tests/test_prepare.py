@@ -12,12 +12,12 @@ import pytest
 
 import prepare_oscar as po
 from tokenizer import get_tokenizer
+from conftest import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ENC, SPECIAL = get_tokenizer()
 PAPER_BLOCKED = ("agressif", "adult", "cryptojacking", "dangerous_material", "phishing", "warez", "ddos",
-                 "hacking", "malware", "mixed_adult", "sect")  # REFERENCE.md, Appendix A
+                 "hacking", "malware", "mixed_adult", "sect")  # the paper's Appendix A
 DEFAULTS = {k: getattr(po, k) for k in inspect.signature(po.prepare).parameters}
 
 

@@ -14,8 +14,8 @@ import pytest
 import study
 from files import lock_dir, unlock_dir
 from plot import first_step_below
+from conftest import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_kaplan_meier_with_a_censored_run_and_ties():

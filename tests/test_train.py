@@ -16,16 +16,15 @@ import checkpoint
 import files
 from model import Bert, BertConfig
 from step import distribute_and_compile, linear_schedule
+from conftest import ROOT, run_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--n_inner=64", "--block_size=64", "--batch_size=8",
         "--gradient_accumulation_steps=2", "--warmup_iters=5", "--learning_rate=1e-2", "--eval_iters=4",
         "--log_interval=1", "--compile=False", "--checkpoint_interval=0"]
 
 
 def run_train(*args, check=True):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, env=env)
+    p = run_script("train.py", *args)
     if check:
         assert p.returncode == 0, p.stderr[-3000:]
     return p
@@ -269,7 +268,7 @@ def test_ddp_two_processes_match_one(data_dir, tmp_path):  # compiled, as a GPU 
     assert read_log(one, "train")[-1]["loss"] < read_log(one, "train")[0]["loss"]
 
 
-def test_ddp_wraps_the_model_before_compiling_it(monkeypatch):
+def test_ddp_wraps_the_model_before_compiling_it(monkeypatch, tmp_path):
     """DDP, then compile (PyTorch's advice: the compiled graph is split at DDP's buckets, so the gradient all-reduce
     overlaps the backward); evals use the plain model, compiled on its own, without DDP."""
     import torch.distributed as dist
@@ -277,7 +276,7 @@ def test_ddp_wraps_the_model_before_compiling_it(monkeypatch):
 
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda m, **kw: real_compile(m, backend="eager"))  # the structure only
-    store = dist.FileStore(os.path.join(ROOT, f".pytest_pg_{os.getpid()}"), 1)
+    store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         raw = Bert(BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=97, block_size=16))
@@ -291,7 +290,6 @@ def test_ddp_wraps_the_model_before_compiling_it(monkeypatch):
         assert ddp_model is None and model._orig_mod is raw and eval_model is model
     finally:
         dist.destroy_process_group()
-        os.remove(os.path.join(ROOT, f".pytest_pg_{os.getpid()}"))
 
 
 def test_a_signal_under_torchrun_waits_for_rank_0s_save(data_dir, tmp_path):
