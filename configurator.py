@@ -72,6 +72,26 @@ def print_help(g, defaults):
         print(f"  --{name}={show(defaults[name])}")
 
 
+def script_defaults(path):
+    """The settings a script defines in its config block (between its first two '# ----' lines) whose values are
+    literals, without running the script: e.g. what train.py's defaults are for a setting an old record lacks."""
+    with open(path) as f:
+        source = f.read()
+    lines = source.splitlines()
+    start, end = [i + 1 for i, line in enumerate(lines) if line.startswith("# " + "-" * 70)][:2]
+    out = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and start < node.lineno < end:
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:  # computed (device = "cuda" if ... else "cpu"): not a literal
+                continue
+            for t in node.targets:
+                names = [n.id for n in (t.elts if isinstance(t, ast.Tuple) else [t])]
+                out.update(zip(names, value if isinstance(t, ast.Tuple) else [value]))
+    return out
+
+
 def read_file(path):
     """The settings a config file assigns (plain Python, run with an empty namespace)."""
     try:

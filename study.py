@@ -29,7 +29,7 @@ import torch
 
 import plot
 from checkpoint import load_checkpoint
-from configurator import check, configure, read_file
+from configurator import check, configure, read_file, script_defaults
 from dataloader import dataset_dir, load_dataset
 from files import atomic_write, lock_dir, locked, write_json
 from plot import first_step_below, read_evals
@@ -278,7 +278,9 @@ def code_commit():
 
 def differ(have, cmd):
     """What makes the run made with the settings `have` another run than the train.py command cmd asks for (not
-    where it ran, nor how far: see run.run_changes)."""
+    where it ran, nor how far: see run.run_changes). A setting newer than the run counts at train.py's default,
+    which is what the run did."""
+    have = {**script_defaults(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'train.py')), **have}
     return run_changes(have, configure(dict(have), argv=cmd), ignore=RUN_KEYS_IGNORED)
 
 

@@ -46,6 +46,14 @@ def test_a_bare_flag_switches_a_bool_on():
         configure(defaults(), ["--batch_size"])  # not a True/False key
 
 
+def test_script_defaults_reads_the_config_block_without_running_it(tmp_path):
+    from configurator import script_defaults
+    script = tmp_path / "s.py"
+    script.write_text("import sys\nraise SystemExit('never run')\n# " + "-" * 77 + "\nlr = 1e-3  # a comment\n"
+                      "a, b = 1, 'x'\ndevice = 'cuda' if sys.argv else 'cpu'\n# " + "-" * 77 + "\nlater = 5\n")
+    assert script_defaults(str(script)) == {"lr": 1e-3, "a": 1, "b": "x"}  # computed and later ones left out
+
+
 def test_unknown_key_in_config_file(tmp_path):
     cfg = tmp_path / "c.py"
     cfg.write_text("learning_rat = 1e-3\n")

@@ -207,6 +207,18 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
 
 
 
+def test_a_record_older_than_a_setting_counts_it_at_its_default(tmp_path):
+    """A record made before train.py had a setting ran with its default: a base config that sets it to the default
+    asks for the same run; to another value, for another run."""
+    base = tmp_path / "b.py"
+    base.write_text("learning_rate = 1e-3\nsave_interval = 25\nqk_lr_scale = 1.0\n")
+    old = {k: v for k, v in study.script_defaults(os.path.join(ROOT, "train.py")).items()
+           if k not in ("save_interval", "qk_lr_scale")}
+    old["learning_rate"] = 1e-3
+    assert study.differ(old, [str(base)]) == []
+    assert study.differ(old, [str(base), "--qk_lr_scale=8.0"]) == ["qk_lr_scale 1.0 -> 8.0"]
+
+
 def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
     base = tmp_path / "b.py"
     base.write_text(f'dataset = "{data_dir}"\nn_layer, n_head, n_embd, n_inner = 1, 2, 32, 64\nblock_size = 64\n'
