@@ -256,6 +256,12 @@ def rate(row):
     return row.matmul_flops / row.matmul_seconds if row.matmul_seconds else math.nan
 
 
+def ms(seconds):
+    """Milliseconds to three significant figures, so that numbers computed from a printed time agree with it."""
+    x = seconds * 1e3
+    return f"{x:.{max(0, 2 - math.floor(math.log10(x)))}f}" if x > 0 else "0"
+
+
 def print_table(rows, peak, tokens, on_gpu):
     hf_eager = {r.dtype: r.seconds for r in rows if r.label.startswith("HF") and r.mode == "eager"}
     print(f"\n| model | dtype | mode | ms/step | tokens/s | vs HF eager, same dtype | of the peak | of its matmuls |"
@@ -264,7 +270,7 @@ def print_table(rows, peak, tokens, on_gpu):
         ratio = f"{hf_eager[r.dtype] / r.seconds:.2f}x" if r.dtype in hf_eager else "-"
         mfu = peak_flops or gpu_peak_flops(torch.cuda.get_device_name(), r.dtype) if on_gpu else 0.0
         gpu = f" {r.memory:.1f} | {f'{r.flops / r.seconds / mfu:.1%}' if mfu else '-'} |" if on_gpu else ""
-        print(f"| {r.label} | {r.dtype} | {r.mode} | {r.seconds * 1e3:.1f} | {tokens / r.seconds:,.0f} | {ratio} | "
+        print(f"| {r.label} | {r.dtype} | {r.mode} | {ms(r.seconds)} | {tokens / r.seconds:,.0f} | {ratio} | "
               f"{r.flops / r.seconds / peak[r.dtype]:.0%} | {r.flops / r.seconds / rate(r):.0%} |{gpu}")
     if len({r.dtype for r in rows}) > 1:
         print("\nbf16 over float32, per model: " + ", ".join(
@@ -287,8 +293,8 @@ def print_profile(rows):
         cells = [f"{r.categories.get(name, 0.0):.1f} ({r.categories.get(name, 0.0) / sum(r.categories.values()):.0%})"
                  for r in rows]
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print("| *its matmuls alone, at its shapes* | " + " | ".join(f"{r.matmul_seconds * 1e3:.1f}" for r in rows) + " |")
-    print("| *the step, timed* | " + " | ".join(f"{r.seconds * 1e3:.1f}" for r in rows) + " |")
+    print("| *its matmuls alone, at its shapes* | " + " | ".join(ms(r.matmul_seconds) for r in rows) + " |")
+    print("| *the step, timed* | " + " | ".join(ms(r.seconds) for r in rows) + " |")
 
 
 def print_seq_len_scaling(dtype):
