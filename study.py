@@ -1,5 +1,5 @@
 """
-The study (README "The study"): when does each attention operator leave the initial loss plateau, and does
+The study (docs/study.md): when does each attention operator leave the initial loss plateau, and does
 the speed-up follow the operator or its initialisation? Every arm x seed is a plain train.py run of the base
 config. Each finished run's eval records are kept in assets/study/<arm>_s<seed>.jsonl (a few KB, committed): the
 summary (assets/study.json) and the figures are made from those files alone.
@@ -8,7 +8,7 @@ summary (assets/study.json) and the figures are made from those files alone.
     python study.py                             # runs only the runs that assets/study/ lacks, two at a time
     python study.py --train=False               # the summary and figures from the records, nothing run
 
-The criterion, fixed before the study's runs (README "The study"): the first eval step whose loss is at least
+The criterion, fixed before the study's runs (docs/study.md): the first eval step whose loss is at least
 `drop` nats below U, the eval loss of the frequency (unigram) predictor on the same eval tokens. A run stops
 (train.py's target_loss) once it has met the sweep's deepest criterion and reached `min_steps` (the uncensored
 endpoint is the eval loss at min_steps); one that never does runs to the cap (the base config's max_iters).
@@ -39,7 +39,7 @@ from run import END_KEYS, MACHINE_KEYS, run_changes
 base = 'config/study.py'  # the train.py config every arm starts from
 arms = ''  # '' = every arm of ARMS (below), in its order; or a comma list of them
 seeds = ''  # '' = each arm's pre-registered number of paired seeds (SEEDS) from first_seed on; a comma list = these
-first_seed = 2  # seed 1 made the pilot runs that fixed the criterion and the cap (README): not part of the results
+first_seed = 2  # seed 1 made the pilot runs that fixed the criterion and the cap (docs/study.md): not part of the results
 drop = 0.7  # the criterion: first eval step with loss <= U - drop (U: the unigram predictor's eval loss)
 sweep = '0.5,0.6,0.7,0.8,0.9'  # other drops, to show whether the order depends on the one criterion
 min_steps = 1000  # a run that met the criterion stops at the first eval at or after this step
@@ -65,7 +65,7 @@ ARMS = {  # name: (legend label, train.py overrides of the base config, family)
     'original_sym_init': ('original, key = query at init', ['--attention_type=original', '--symmetric_init=True'],
                           'exploratory'),
     # start or step, c = 8: a multiplier c widens the initial scores c times AND moves them c times further per Adam
-    # step; these arms take the two apart (README "The study")
+    # step; these arms take the two apart (docs/study.md)
     'original_wide_start': ('original, scores x 8, q/k lr / 8',
                             ['--attention_type=original', '--score_scale=8.0', '--qk_lr_scale=0.125'], 'start_or_step'),
     'original_large_step': ('original, q/k lr x 8', ['--attention_type=original', '--qk_lr_scale=8.0'],
@@ -75,10 +75,10 @@ ARMS = {  # name: (legend label, train.py overrides of the base config, family)
     'original_heat': ('original, heat treatment (x 8 -> 1 by step 500)',
                       ['--attention_type=original', '--score_scale=8.0', '--score_scale_warmup=500'], 'start_or_step'),
 }
-SEEDS = {'primary': 15, 'exploratory': 5, 'start_or_step': 10}  # paired seeds per arm, fixed before the runs (README)
+SEEDS = {'primary': 15, 'exploratory': 5, 'start_or_step': 10}  # paired seeds per arm, fixed before the runs (docs/study.md)
 REFERENCES = {'primary': ['original'], 'exploratory': ['original'], 'start_or_step': ['original', 'original_scaled']}
 EQUIVALENCE = ('original_scaled', 'pairwise', np.log(1.25))  # TOST on log steps: a margin fixed before the runs
-ENTROPY_DROP, ENTROPY_REF = 0.8, 25  # the entropy endpoint: mean entropy < 0.8 x its value at step 25 (README)
+ENTROPY_DROP, ENTROPY_REF = 0.8, 25  # the entropy endpoint: mean entropy < 0.8 x its value at step 25 (docs/study.md)
 NEW_SEEDS = 7  # seeds from here on were run after the second stage was fixed: the replication
 RUN_KEYS_IGNORED = tuple(k for k in MACHINE_KEYS if k != 'dtype')  # where a run ran; its precision counts
 
@@ -419,8 +419,9 @@ def censored_summary(runs, u, cap):
             'km_median': km_median(curve), 'rmst': round(rmst(curve, cap), 1), 'km_curve': curve,
             f'loss_at_{min_steps}': {'mean': float(np.mean(losses)), 'sd': float(np.std(losses, ddof=1)) if len(rs) > 1
                                      else None, 'per_seed': dict(zip(rs, losses))} if None not in losses else None,
-            'entropy_step': ent, 'entropy_step_median': float(np.median([v for v in ent.values() if v is not None]))
-            if any(v is not None for v in ent.values()) else None,
+            # a run whose entropy never dropped is censored at its last step, as for the loss criterion
+            'entropy_step': ent, 'entropy_step_median': km_median(kaplan_meier(
+                [ent[sd] or rs[sd][-1]['step'] for sd in rs], [ent[sd] is not None for sd in rs])),
             'entropy_vs_exit': {'n': len(pairs), 'spearman': spearman(*zip(*pairs)) if pairs else None,
                                 'lag_median': float(np.median([b - a for a, b in pairs])) if pairs else None}}
     endpoints = ['log_steps', f'loss_at_{min_steps}', 'log_entropy_step', 'loss_at_cap']
@@ -584,7 +585,7 @@ def report(runs, missing, shared, u, cap):
     for arm, a in s['per_arm'].items():
         l, ev = a[f'loss_at_{min_steps}'], a['entropy_vs_exit']
         loss = f"{l['mean']:.3f}" + (f" ({l['sd']:.3f})" if l['sd'] is not None else "") if l else "-"
-        ent = f"{a['entropy_step_median']:.0f}" if a['entropy_step_median'] is not None else "never"
+        ent = f"{a['entropy_step_median']:.0f}" if a['entropy_step_median'] is not None else "> its runs"
         rel = (f"{ev['spearman']:+.2f}" if ev['spearman'] is not None else "-") + \
             (f", {ev['lag_median']:.0f} ({ev['n']})" if ev['lag_median'] is not None else "")
         print(f"| {ARMS[arm][0]} | {len(a['seeds'])} | {a['reached']} of {a['n']} | {fmt_steps(a, cap)} "

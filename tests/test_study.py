@@ -242,4 +242,19 @@ def test_the_plan_gives_each_family_its_own_number_of_seeds(monkeypatch):
     monkeypatch.setattr(study, "seeds", "7,9")  # a list given: every arm has exactly those
     assert {sd for _, sd, _ in study.plan_runs()} == {"7", "9"} and len(study.plan_runs()) == 6
     heat = next(cmd for a, _, cmd in study.plan_runs() if a == "original_heat")
-    assert "--score_scale_warmup=500" in heat and "--score_scale=8.0" in heat  # the README's pre-registered arm
+    assert "--score_scale_warmup=500" in heat and "--score_scale=8.0" in heat  # the pre-registered arm (docs/study.md)
+
+
+def test_the_entropy_median_counts_runs_whose_entropy_never_dropped(monkeypatch):
+    monkeypatch.setattr(study, "min_steps", 50)
+    monkeypatch.setattr(study, "sweep", "0.5")
+
+    def run(entropies):  # mean entropy per eval, from step 0: the drop is below 0.8 x the value at step 25
+        return [{"type": "eval", "step": i * 25, "loss": 9.0, "attn_entropy": [h]} for i, h in enumerate(entropies)]
+
+    dropped, flat = run([1.0, 1.0, 0.9, 0.7, 0.6]), run([1.0, 1.0, 1.0, 0.9, 0.9])  # 75; never (last step 100)
+    s = study.censored_summary({"original": {"1": dropped, "2": flat, "3": flat}}, 9.5, 100)["per_arm"]["original"]
+    assert s["entropy_step"] == {"1": 75, "2": None, "3": None}
+    assert s["entropy_step_median"] is None  # two of three never dropped: not the one that did (75)
+    s = study.censored_summary({"original": {"1": dropped, "2": dropped, "3": flat}}, 9.5, 100)["per_arm"]["original"]
+    assert s["entropy_step_median"] == 75
