@@ -54,8 +54,9 @@ CATEGORIES = (  # (category, name parts): the first that an op's name holds deci
     ("loss", ("log_softmax", "nll_loss", "cross_entropy")),
     ("attention", ("scaled_dot_product", "flash", "attention", "fmha", "softmax")),
     ("matmuls", MATMULS + ("aten::linear", "aten::matmul", "gemm", "cutlass", "xmma", "mkldnn")),
-    ("norm, activation, dropout", ("layer_norm", "gelu", "dropout", "bernoulli", "rand", "tanh", "erf")),
+    # before the elementwise ops: a fused kernel holding the embedding's backward is its dense vocab x width gradient
     ("embedding", ("embedding", "index_select", "index_add", "index_put", "scatter", "gather")),
+    ("norm, activation, dropout", ("layer_norm", "gelu", "dropout", "bernoulli", "rand", "tanh", "erf")),
     ("casts and copies", ("_to_copy", "copy_", "convert_element_type", "clone", "contiguous", "cat")),
 )
 TORCH_DTYPES = {"c10::BFloat16": torch.bfloat16, "float": torch.float32, "c10::Half": torch.float16}

@@ -69,3 +69,12 @@ def test_bench_profile_accounts_for_the_step():
 def test_bad_options_are_one_line(bad, msg):
     p = bench(bad)
     assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr[-1000:]
+
+
+def test_a_fused_kernel_is_counted_where_its_largest_part_belongs():
+    import bench  # a compiled graph names a kernel after everything it fuses: the embedding's gradient is not dropout's
+    assert bench.category("graph_1_cpp_fused__to_copy_add_embedding_dense_backward_native_dropout_backward_0") == \
+        "embedding"
+    assert bench.category("graph_0_cpp_fused_gelu_native_dropout_3") == "norm, activation, dropout"
+    assert bench.category("aten::bernoulli_") == "norm, activation, dropout"
+    assert bench.category("aten::addmm") == "matmuls"
