@@ -202,7 +202,7 @@ def load_task(task, data_dir):
     except Exception as e:  # no network, no datasets package, ...: one line, not a traceback
         offline = ' (offline, and not in the local cache)' if os.environ.get('HF_HUB_OFFLINE') == '1' else ''
         raise SystemExit(f"glue: cannot load nyu-mll/glue '{task}' from the Hugging Face Hub{offline} ({oneline(e)}); "
-                         "pass --data_dir=<a local GLUE folder> (README: GLUE data)")
+                         "pass --data_dir=<a local GLUE folder> (docs/glue.md)")
     splits = {'train': 'train', **{k: f.replace('dev', 'validation') for k, f in dev.items()}}
     return {k: list(zip(ds[s][a], ds[s][b] if b else [None] * len(ds[s]['label']), ds[s]['label']))
             for k, s in splits.items()}

@@ -38,14 +38,14 @@ class BertConfig:
     attention_type: str = "original"
     hybrid_pattern: str = "original,additive"  # attention_type='hybrid': layer l uses entry l % len
     sub_ln: bool = False  # extra LayerNorm before the attention output projection and the MLP's 2nd linear
-    # initialisation ablations (README "The study"): neither changes the operator, only where training starts
+    # initialisation ablations (docs/study.md): neither changes the operator, only where training starts
     s_init_std: float = 1.0  # pairwise: S ~ N(0, s_init_std^2); the paper's is 1.0, 0.02 is the other weights'
     symmetric_init: bool = False  # original: the key weight and bias start as copies of the query's
     # the study's mechanism arms: a fixed multiplier on the scores (original with sqrt(d) starts with pairwise's
     # score spread and keeps its larger gain) and pairwise with S frozen at its initialisation
     score_scale: float = 1.0  # scores = score_scale * q k^T / sqrt(d); 1.0 everywhere in the paper
     freeze_s: bool = False  # pairwise: S is not trained
-    # start or step (README "The study"): wider initial scores without a multiplier, and heat treatment
+    # start or step (docs/study.md): wider initial scores without a multiplier, and heat treatment
     qk_init_scale: float = 1.0  # query and key weights start at N(0, (0.02 qk_init_scale)^2): scores x its square
     score_scale_warmup: int = 0  # heat treatment: score_scale anneals to 1 over this many steps (anneal_scores)
 

@@ -1,4 +1,4 @@
-# The study (README "The study"; study.py runs every arm and seed of it): when does each operator leave the
+# The study (docs/study.md; study.py runs every arm and seed of it): when does each operator leave the
 # initial loss plateau? A 4-layer, 128-wide BERT with 2 heads of d = 64 (the paper's head size) on GCIDE (16M
 # tokens of English: python prepare_oscar.py --source=gcide), 32 x 128 tokens per step at lr 1e-3, held
 # constant after a short warm-up, so that a run leaves the plateau (or not) at its peak rate, as in the paper,
@@ -18,6 +18,6 @@ eval_iters = 5  # 160 held-out blocks, the same for every run (the first of val.
 log_interval = 25
 save_interval = 25  # ckpt.pt at every eval (7M parameters: cheap), so an interrupted run loses nothing
 checkpoint_interval = 0  # no snapshots; ckpt.pt holds each run's final state
-dtype = "float32"  # bf16 moved when runs leave the plateau (README "The study", Precision): not here
+dtype = "float32"  # bf16 moved when runs leave the plateau (docs/study.md, Precision): not here
 seed = 1
 out_dir = "out/study"

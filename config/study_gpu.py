@@ -1,4 +1,4 @@
-# The study at bert-small scale on one GPU (README "The study", the GPU recipe): the paper's bert-small shape
+# The study at bert-small scale on one GPU (docs/study.md, On a GPU): the paper's bert-small shape
 # (4 layers, 8 heads of d = 64, 512 hidden) on GCIDE (33 MB of tokens, made offline by prepare_oscar.py), 256 x 128
 # tokens per step, constant lr after the warm-up as in config/study.py.
 # Not run yet: lr, the cap and the criterion's drop need pilot runs at this scale first.

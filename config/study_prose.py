@@ -1,4 +1,4 @@
-# The study's design (config/study.py) on a second corpus of another genre (README "The study"): 5.3M tokens of
+# The study's design (config/study.py) on a second corpus of another genre (docs/study.md): 5.3M tokens of
 # running English prose, the U.S. State of the Union addresses and 18 Project Gutenberg books
 # (python prepare_oscar.py --source=prose). Everything else as on GCIDE.
 dataset = "prose"
@@ -15,6 +15,6 @@ eval_iters = 5  # 160 held-out blocks, the same for every run (the first of val.
 log_interval = 25
 save_interval = 25  # ckpt.pt at every eval (7M parameters: cheap), so an interrupted run loses nothing
 checkpoint_interval = 0  # no snapshots; ckpt.pt holds each run's final state
-dtype = "float32"  # bf16 moved when runs leave the plateau (README "The study", Precision): not here
+dtype = "float32"  # bf16 moved when runs leave the plateau (docs/study.md, Precision): not here
 seed = 1
 out_dir = "out/study_prose"

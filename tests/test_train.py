@@ -339,7 +339,7 @@ def test_a_signal_under_torchrun_waits_for_rank_0s_save(data_dir, tmp_path):
     assert f"stopped by signal {signal.SIGTERM}" in text
     step = torch.load(f"{out}/ckpt.pt", weights_only=True)["iter_num"]
     assert 3 <= step < 400
-    assert p.returncode != 0  # torchrun reports its processes' exit 143 as a failure (README, Pre-training)
+    assert p.returncode != 0  # torchrun reports its processes' exit 143 as a failure (docs/safety.md)
 
 
 def test_save_interval_a_killed_run_resumes_from_its_last_save(data_dir, tmp_path):
