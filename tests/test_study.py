@@ -258,3 +258,10 @@ def test_the_entropy_median_counts_runs_whose_entropy_never_dropped(monkeypatch)
     assert s["entropy_step_median"] is None  # two of three never dropped: not the one that did (75)
     s = study.censored_summary({"original": {"1": dropped, "2": dropped, "3": flat}}, 9.5, 100)["per_arm"]["original"]
     assert s["entropy_step_median"] == 75
+
+
+def test_the_prose_config_is_the_study_config_on_another_corpus():
+    from configurator import read_file  # the two files are kept flat (nanoGPT's style); this keeps them in step
+    gcide, prose = (read_file(os.path.join(ROOT, "config", f)) for f in ("study.py", "study_prose.py"))
+    assert set(gcide) == set(prose)
+    assert {k for k in gcide if gcide[k] != prose[k]} == {"dataset", "out_dir"}
