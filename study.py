@@ -399,9 +399,10 @@ def censored_summary(runs, u, cap):
     and restricted mean steps, the eval loss at min_steps, the entropy endpoint and how it goes with the exit; the
     paired comparisons of each arm with its references (t-intervals, t and exact sign-flip tests, Holm within each
     family and endpoint, the new seeds alone); the equivalence test; the medians at every drop of the sweep."""
-    def times(evals, level):
-        t = first_step_below(evals, level)
+    def censored(t, evals):  # (time, event) for Kaplan-Meier: a run without the event leaves at its last step
         return (t, True) if t is not None else (evals[-1]['step'], False)
+
+    times = lambda evals, level: censored(first_step_below(evals, level), evals)
 
     level = u - drop
     runs = {arm: {sd: [r for r in e if r['step'] <= cap] for sd, e in rs.items()} for arm, rs in runs.items()}
@@ -419,9 +420,8 @@ def censored_summary(runs, u, cap):
             'km_median': km_median(curve), 'rmst': round(rmst(curve, cap), 1), 'km_curve': curve,
             f'loss_at_{min_steps}': {'mean': float(np.mean(losses)), 'sd': float(np.std(losses, ddof=1)) if len(rs) > 1
                                      else None, 'per_seed': dict(zip(rs, losses))} if None not in losses else None,
-            # a run whose entropy never dropped is censored at its last step, as for the loss criterion
-            'entropy_step': ent, 'entropy_step_median': km_median(kaplan_meier(
-                [ent[sd] or rs[sd][-1]['step'] for sd in rs], [ent[sd] is not None for sd in rs])),
+            'entropy_step': ent, 'entropy_step_median': km_median(kaplan_meier(*zip(*[censored(ent[sd], rs[sd])
+                                                                                      for sd in rs]))),
             'entropy_vs_exit': {'n': len(pairs), 'spearman': spearman(*zip(*pairs)) if pairs else None,
                                 'lag_median': float(np.median([b - a for a, b in pairs])) if pairs else None}}
     endpoints = ['log_steps', f'loss_at_{min_steps}', 'log_entropy_step', 'loss_at_cap']
