@@ -3,6 +3,7 @@ Where a run computes: the device checked, the precision it computes in (bf16, fp
 hardware does natively), the processes of a torchrun job, and the GPU's datasheet peak for MFU. Shared by every
 script that trains or times (train.py, finetune_glue.py, bench.py, sample.py).
 """
+import ctypes
 import os
 import re
 import sys
@@ -78,12 +79,26 @@ def set_up(device, dtype, oom_hint=None):
     device_type = check_device(device)
     if device_type == "cuda":
         torch.cuda.set_device(torch.device(device).index or 0)  # RNG states and the device name are this GPU's
+    if device_type == "cpu":
+        keep_freed_memory()
     dtype, why = resolve_dtype(dtype, device_type)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if oom_hint:
         one_line_out_of_memory(oom_hint)
     peak = gpu_peak_flops(torch.cuda.get_device_name(), dtype) if device_type == "cuda" else 0.0
     return device_type, dtype, why, autocast(device_type, dtype), peak
+
+
+def keep_freed_memory():
+    """glibc hands every freed block over 32 MB back to the kernel, which page-faults and zeroes it again when the
+    next step asks for it: the tied 30522 x 512 gradient and the logits cost ~12% of a bf16 step that way
+    (docs/performance.md). Served from the heap and kept there instead, as jemalloc or tcmalloc would (the usual
+    advice for PyTorch on CPUs). True if set; other C libraries (macOS, Windows, musl) are left as they are."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(-4, 0) and libc.mallopt(-1, 2**31 - 1))  # M_MMAP_MAX = 0, M_TRIM_THRESHOLD = 2 GiB
+    except (OSError, AttributeError):
+        return False
 
 
 def one_line_out_of_memory(hint):
