@@ -1,6 +1,7 @@
 import itertools
 import json
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -193,24 +194,23 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, flags, native):
 
 FAULTS = """
 import resource, sys, torch, device
-kept = sys.argv[1] == "1" and device.keep_freed_memory()
+if sys.argv[1] == "1":
+    device.set_up("cpu", "float32")  # as every script that trains or times does
 faults = []
-for _ in range(12):  # a step's pattern: two large buffers made, written, freed
+for _ in range(30):  # a step's pattern: two large buffers made, written, freed
     r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     a = torch.empty(16_000_000).fill_(1.0); b = torch.empty(8_000_000).fill_(2.0); del a, b
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)
-print(kept, sum(faults[-4:]))
+print(sum(faults[-8:]))  # the heap takes ~10 rounds to grow to what the pattern needs
 """
 
 
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="not glibc: the allocator is left as it is")
 def test_freed_memory_is_kept_on_a_cpu():
-    """Once the heap has grown, a step's large buffers come back without page faults (each 64 MB is 15,625 of them
-    when glibc returns it to the kernel, as it does by default)."""
-    kept, faults = run_script("-c", FAULTS, "1").stdout.split()
-    if kept != "True":
-        pytest.skip("not glibc: the allocator is left as it is")
-    assert int(faults) < 1000
-    assert int(run_script("-c", FAULTS, "0").stdout.split()[1]) > 4 * 15_000  # without it: every buffer faults
+    """Once the heap has grown, a step's large buffers come back without page faults; by default glibc returns each
+    to the kernel and every one faults again (how many depends on the page size, so compared, not counted)."""
+    kept, default = (int(run_script("-c", FAULTS, flag).stdout) for flag in ("1", "0"))
+    assert default > 100 and kept < default / 100
 
 
 # ---- end to end, on the built-in corpus ---------------------------------------------------------------
