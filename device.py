@@ -94,12 +94,14 @@ def keep_freed_memory():
     and the kernel page-faults and zeroes them again when the next step asks: the tied 30522 x 512 gradient and its
     bf16 copy at bert-small, the 50304-wide logits at the study's shape, 7-18% of a step (docs/performance.md).
     Served from the heap and kept there instead, as jemalloc or tcmalloc would (the usual advice for PyTorch on
-    CPUs). True if set; other C libraries (macOS, Windows, musl) are left as they are."""
+    CPUs). Other C libraries (macOS, Windows, musl) are left as they are."""
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(-4, 0) and libc.mallopt(-1, 2**31 - 1))  # M_MMAP_MAX = 0, M_TRIM_THRESHOLD = 2 GiB
-    except (OSError, AttributeError):
-        return False
+    except OSError:
+        return
+    if hasattr(libc, "mallopt"):
+        libc.mallopt(-4, 0)  # M_MMAP_MAX: no block of its own from the kernel
+        libc.mallopt(-1, 2**31 - 1)  # M_TRIM_THRESHOLD: the heap's free top is kept up to 2 GiB
 
 
 def one_line_out_of_memory(hint):
