@@ -101,8 +101,9 @@ def kaplan_meier(times, events):
 
 
 def km_median(curve):
-    """The first step at which survival is <= 0.5; None: more than half still on the plateau at the end."""
-    return next((t for t, s in curve if s <= 0.5), None)
+    """The first step at which survival is <= 0.5; None: more than half still on the plateau at the end. The
+    tolerance: a product of fractions that is exactly 0.5 can come out as 0.5000000000000001 in floating point."""
+    return next((t for t, s in curve if s <= 0.5 + 1e-9), None)
 
 
 def rmst(curve, cap):

@@ -29,6 +29,15 @@ def test_kaplan_meier_with_a_censored_run_and_ties():
     assert study.kaplan_meier([100, 200, 200, 300, 400], [True] * 5)[3] == (300, pytest.approx(0.2))
 
 
+def test_km_median_at_exactly_half_despite_rounding():
+    # 10 runs, a tie at 975: survival after the 5th event is 0.9 x 7/9 x 6/7 x 5/6 = 0.5 exactly, which floating
+    # point gives as 0.5000000000000001; the median is still that step (the 5th of 10 sorted), not the next
+    times = [850, 975, 975, 1150, 1175, 1550, 1700, 1725, 1875, 2125]
+    curve = study.kaplan_meier(times, [True] * 10)
+    assert dict(curve)[1175] == pytest.approx(0.5)
+    assert study.km_median(curve) == 1175 == sorted(times)[4]
+
+
 def test_kaplan_meier_all_censored_and_majority_censored():
     curve = study.kaplan_meier([1500, 1500, 1500], [False, False, False])
     assert curve == [(0, 1.0)] and study.km_median(curve) is None and study.rmst(curve, 1500) == 1500
