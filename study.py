@@ -10,8 +10,9 @@ summary (assets/study.json) and the figures are made from those files alone.
 
 The criterion, fixed before the study's runs (docs/study.md): the first eval step whose loss is at least
 `drop` nats below U, the eval loss of the frequency (unigram) predictor on the same eval tokens. A run stops
-(train.py's target_loss) once it has met the sweep's deepest criterion and reached `min_steps` (the uncensored
-endpoint is the eval loss at min_steps); one that never does runs to the cap (the base config's max_iters).
+(train.py's target_loss) once it has met the sweep's deepest criterion and reached `min_steps`; one that never
+does runs to the cap (the base config's max_iters). The uncensored endpoint is the eval loss at `loss_step`, which
+every run reaches.
 Interrupted runs are resumed from out/study/; re-running the command continues.
 """
 import datetime
@@ -43,6 +44,7 @@ first_seed = 2  # seed 1 made the pilot runs that fixed the criterion and the ca
 drop = 0.7  # the criterion: first eval step with loss <= U - drop (U: the unigram predictor's eval loss)
 sweep = '0.5,0.6,0.7,0.8,0.9'  # other drops, to show whether the order depends on the one criterion
 min_steps = 1000  # a run that met the criterion stops at the first eval at or after this step
+loss_step = 1000  # the eval-loss endpoint's step, fixed before the runs; <= min_steps (runs to the cap keep it)
 jobs = 2  # train.py runs at a time
 threads = 1  # torch threads per run (OMP_NUM_THREADS); 0 = torch's default
 train_args = ''  # extra train.py arguments for every run, space-separated, e.g. '--device=cuda'
@@ -368,10 +370,10 @@ def run_all(plan, u, cap):
 
 def run_endpoints(evals, u, cap):
     """One run's endpoints: steps to the criterion (None: censored), the log of those steps (a censored run counts
-    as the cap: conservative), the eval loss at min_steps and at the cap, the entropy step and its log (a run
+    as the cap: conservative), the eval loss at loss_step and at the cap, the entropy step and its log (a run
     whose entropy never drops counts as its last step)."""
     t, e = first_step_below(evals, u - drop), entropy_step(evals)
-    return {'steps': t, 'log_steps': math.log(t or cap), f'loss_at_{min_steps}': loss_at(evals, min_steps),
+    return {'steps': t, 'log_steps': math.log(t or cap), f'loss_at_{loss_step}': loss_at(evals, loss_step),
             'loss_at_cap': loss_at(evals, cap), 'entropy_step': e,
             'log_entropy_step': math.log(e or evals[-1]['step']) if 'attn_entropy' in evals[-1] else None}
 
@@ -397,7 +399,7 @@ def compare(arm_runs, ref_runs, endpoint):
 
 def censored_summary(runs, u, cap):
     """runs: {arm: {seed: evals}} -> the summary: per arm the runs that met the criterion, the Kaplan-Meier median
-    and restricted mean steps, the eval loss at min_steps, the entropy endpoint and how it goes with the exit; the
+    and restricted mean steps, the eval loss at loss_step, the entropy endpoint and how it goes with the exit; the
     paired comparisons of each arm with its references (t-intervals, t and exact sign-flip tests, Holm within each
     family and endpoint, the new seeds alone); the equivalence test; the medians at every drop of the sweep."""
     def censored(t, evals):  # (time, event) for Kaplan-Meier: a run without the event leaves at its last step
@@ -412,20 +414,20 @@ def censored_summary(runs, u, cap):
     for arm, rs in runs.items():
         tt, ev = zip(*[times(e, level) for e in rs.values()])
         curve = kaplan_meier(tt, ev)
-        losses = [loss_at(e, min_steps) for e in rs.values()]
+        losses = [loss_at(e, loss_step) for e in rs.values()]
         ent = {sd: ends[arm][sd]['entropy_step'] for sd in rs}
         pairs = [(ent[sd], ends[arm][sd]['steps']) for sd in rs if ent[sd] is not None and ends[arm][sd]['steps']]
         out['per_arm'][arm] = {
             'seeds': list(rs), 'reached': int(sum(ev)), 'n': len(rs),
             'steps_to_criterion': {s: (t if e else None) for s, t, e in zip(rs, tt, ev)},
             'km_median': km_median(curve), 'rmst': round(rmst(curve, cap), 1), 'km_curve': curve,
-            f'loss_at_{min_steps}': {'mean': float(np.mean(losses)), 'sd': float(np.std(losses, ddof=1)) if len(rs) > 1
+            f'loss_at_{loss_step}': {'mean': float(np.mean(losses)), 'sd': float(np.std(losses, ddof=1)) if len(rs) > 1
                                      else None, 'per_seed': dict(zip(rs, losses))} if None not in losses else None,
             'entropy_step': ent, 'entropy_step_median': km_median(kaplan_meier(*zip(*[censored(ent[sd], rs[sd])
                                                                                       for sd in rs]))),
             'entropy_vs_exit': {'n': len(pairs), 'spearman': spearman(*zip(*pairs)) if pairs else None,
                                 'lag_median': float(np.median([b - a for a, b in pairs])) if pairs else None}}
-    endpoints = ['log_steps', f'loss_at_{min_steps}', 'log_entropy_step', 'loss_at_cap']
+    endpoints = ['log_steps', f'loss_at_{loss_step}', 'log_entropy_step', 'loss_at_cap']
     for arm in runs:
         for ref in REFERENCES[ARMS[arm][2]]:
             for endpoint in endpoints:
@@ -482,9 +484,10 @@ def base_settings():
     need = ('dataset', 'max_iters', 'block_size', 'batch_size', 'eval_iters', 'eval_interval')
     check('study', (set(need) <= set(base_cfg), f"{base} must set {', '.join(need)}"))
     cap = base_cfg['max_iters']
-    check('study', (cap >= min_steps and min_steps % base_cfg['eval_interval'] == 0,
-                    f"min_steps must be a multiple of eval_interval ({base_cfg['eval_interval']}) and <= max_iters "
-                    f"({cap})"))
+    check('study', (cap >= min_steps >= loss_step and min_steps % base_cfg['eval_interval'] == 0
+                    and loss_step % base_cfg['eval_interval'] == 0,
+                    f"min_steps and loss_step must be multiples of eval_interval ({base_cfg['eval_interval']}), "
+                    f"loss_step <= min_steps <= max_iters ({cap})"))
     return base_cfg, cap
 
 
@@ -534,7 +537,7 @@ def comparison_table(comparisons, endpoint):
     rows = [c for c in comparisons if c['endpoint'] == endpoint]
     if not rows:
         return
-    print(f"\n{ENDPOINT_NAMES.get(endpoint, f'eval loss at step {min_steps} (difference, nats)')}: mean [95% "
+    print(f"\n{ENDPOINT_NAMES.get(endpoint, f'eval loss at step {loss_step} (difference, nats)')}: mean [95% "
           f"t-interval]; p: paired t, exact sign-flip, Holm (t, within the family); seeds {NEW_SEEDS}+ alone\n\n"
           f"| arm - reference | family | seeds | mean [95% CI] | p (t) | p (sign-flip) | p (Holm) "
           f"| seeds {NEW_SEEDS}+: n, mean [95% CI], p (t) |\n|---|---|---|---|---|---|---|---|")
@@ -581,17 +584,17 @@ def report(runs, missing, shared, u, cap):
     s, level = censored_summary(runs, u, cap), u - drop
     print(f"\ncriterion: eval loss <= U - {drop:g} = {level:.4f} (U = {u:.4f}, the unigram predictor's eval loss); "
           f"cap {cap} steps\n\n| arm | seeds | met the criterion | median steps (Kaplan-Meier) | restricted mean steps "
-          f"| eval loss at {min_steps}: mean (sd) | median entropy step | entropy step vs exit: Spearman, median lag "
+          f"| eval loss at {loss_step}: mean (sd) | median entropy step | entropy step vs exit: Spearman, median lag "
           f"|\n|---|---|---|---|---|---|---|---|")
     for arm, a in s['per_arm'].items():
-        l, ev = a[f'loss_at_{min_steps}'], a['entropy_vs_exit']
+        l, ev = a[f'loss_at_{loss_step}'], a['entropy_vs_exit']
         loss = f"{l['mean']:.3f}" + (f" ({l['sd']:.3f})" if l['sd'] is not None else "") if l else "-"
         ent = f"{a['entropy_step_median']:.0f}" if a['entropy_step_median'] is not None else "> its runs"
         rel = (f"{ev['spearman']:+.2f}" if ev['spearman'] is not None else "-") + \
             (f", {ev['lag_median']:.0f} ({ev['n']})" if ev['lag_median'] is not None else "")
         print(f"| {ARMS[arm][0]} | {len(a['seeds'])} | {a['reached']} of {a['n']} | {fmt_steps(a, cap)} "
               f"| {a['rmst']:.0f} | {loss} | {ent} | {rel} |")
-    for endpoint in ('log_steps', f'loss_at_{min_steps}', 'log_entropy_step', 'loss_at_cap'):
+    for endpoint in ('log_steps', f'loss_at_{loss_step}', 'log_entropy_step', 'loss_at_cap'):
         comparison_table(s['comparisons'], endpoint)
     e = s['equivalence']
     if e:
@@ -607,7 +610,8 @@ def report(runs, missing, shared, u, cap):
         overridden = {o.split('=')[0] for _, overrides, _ in ARMS.values() for o in overrides}
         write_json(summary, {
             'criterion': f"first eval step with eval loss <= U - {drop:g}, U = {u:.5f} (unigram predictor); cap {cap}",
-            'unigram_loss': u, 'level': level, 'drop': drop, 'cap': cap, 'min_steps': min_steps, 'base_config': base,
+            'unigram_loss': u, 'level': level, 'drop': drop, 'cap': cap, 'min_steps': min_steps,
+            'loss_step': loss_step, 'base_config': base,
             'entropy_endpoint': f"first eval step after {ENTROPY_REF} with mean attention entropy < {ENTROPY_DROP:g} x "
                                 f"its step-{ENTROPY_REF} value",
             'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + END_KEYS + ('seed',)

@@ -117,7 +117,7 @@ def evals(losses, step=25):
 
 def test_summary_on_hand_made_curves(monkeypatch):
     monkeypatch.setattr(study, "drop", 0.5)
-    monkeypatch.setattr(study, "min_steps", 50)
+    monkeypatch.setattr(study, "loss_step", 50)
     monkeypatch.setattr(study, "sweep", "0.2,0.5")
     u = 5.0  # criterion: loss <= 4.5
     runs = {"original": {"1": evals([9, 5.0, 4.9, 4.5, 4.0]), "2": evals([9, 5.0, 4.9, 4.8, 4.7])},  # 75; censored 100
@@ -143,9 +143,26 @@ def test_summary_on_hand_made_curves(monkeypatch):
     assert s["sweep"]["0.5"]["original"] == {"km_median": 75, "reached": 1, "n": 2}
 
 
+def test_the_loss_endpoint_stays_at_its_step_when_runs_train_longer(monkeypatch):
+    """Runs trained to the cap (--min_steps=cap, as on the second corpus) keep the pre-registered loss endpoint:
+    the summary's loss is at loss_step, not at min_steps."""
+    monkeypatch.setattr(study, "drop", 0.5)
+    monkeypatch.setattr(study, "min_steps", 100)
+    monkeypatch.setattr(study, "loss_step", 50)
+    monkeypatch.setattr(study, "sweep", "")
+    runs = {"original": {"1": evals([9, 5.0, 4.9, 4.5, 4.0]), "2": evals([9, 5.0, 4.8, 4.8, 4.7])},
+            "pairwise": {"1": evals([9, 5.0, 4.4, 4.3, 4.2]), "2": evals([9, 4.9, 4.5, 4.4, 4.1])}}
+    s = study.censored_summary(runs, 5.0, 100)
+    assert s["per_arm"]["original"]["loss_at_50"]["per_seed"] == {"1": 4.9, "2": 4.8}
+    assert "loss_at_100" not in s["per_arm"]["original"]
+    c = {x["endpoint"]: x for x in s["comparisons"]}
+    assert c["loss_at_50"]["per_seed"] == pytest.approx({"1": -0.5, "2": -0.3})
+    assert c["loss_at_cap"]["per_seed"] == pytest.approx({"1": 0.2, "2": -0.6})
+
+
 def test_comparisons_holm_within_a_family_and_the_new_seeds_alone(monkeypatch):
     monkeypatch.setattr(study, "drop", 0.5)
-    monkeypatch.setattr(study, "min_steps", 50)
+    monkeypatch.setattr(study, "loss_step", 50)
     monkeypatch.setattr(study, "sweep", "")
     seeds = ["2", "7", "8", "9"]
     base = {sd: evals([9, 5.0, 4.9, 4.4]) for sd in seeds}  # loss 4.9 at step 50
@@ -171,7 +188,7 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
                     'checkpoint_interval = 0\ncompile = False\ndtype = "float32"\n')
     u = study.unigram_loss(str(data), 64, 8, 2)
     args = [sys.executable, "study.py", f"--base={base}", "--arms=original,pairwise", "--seeds=1,2", "--drop=-2.5",
-            "--min_steps=8", "--sweep=-2.5,-1", f"--out_dir={tmp_path}/runs", f"--records={tmp_path}/rec",
+            "--min_steps=8", "--loss_step=8", "--sweep=-2.5,-1", f"--out_dir={tmp_path}/runs", f"--records={tmp_path}/rec",
             f"--summary={tmp_path}/study.json", f"--figures={tmp_path}/fig"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run = lambda *extra: subprocess.run([*args, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -200,7 +217,8 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
 
     p = run("--train_args=--learning_rate=5e-3")
     assert p.returncode == 1 and "is a run of other settings (learning_rate 0.01 -> 0.005)" in p.stderr
-    for bad, msg in (("--jobs=0", "jobs must be >= 1"), ("--arms=orig", "arms must be a comma list of")):
+    for bad, msg in (("--jobs=0", "jobs must be >= 1"), ("--arms=orig", "arms must be a comma list of"),
+                     ("--loss_step=10", "loss_step <= min_steps")):  # runs stopping at 8 would lack the endpoint
         p = run(bad)
         assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr
 
@@ -235,7 +253,7 @@ def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
     lock_dir(str(tmp_path / "runs" / "original_s1"), "a test")  # as if training now
     p = subprocess.run([sys.executable, "study.py", f"--base={base}", "--arms=original", "--seeds=1",
                         f"--out_dir={tmp_path}/runs", f"--records={tmp_path}/rec", "--summary=", "--figures=",
-                        "--min_steps=2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+                        "--min_steps=2", "--loss_step=2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     unlock_dir(str(tmp_path / "runs" / "original_s1"))
     assert p.returncode == 1 and "original_s1 is in use by a test" in p.stderr and not (tmp_path / "rec").exists()
 
