@@ -292,3 +292,19 @@ def test_the_prose_config_is_the_study_config_on_another_corpus():
     gcide, prose = (read_file(os.path.join(ROOT, "config", f)) for f in ("study.py", "study_prose.py"))
     assert set(gcide) == set(prose)
     assert {k for k in gcide if gcide[k] != prose[k]} == {"dataset", "out_dir"}
+
+
+def test_the_prose_plan_summarises_its_committed_records(tmp_path):
+    """config/study_prose_plan.py is study.py's plan for the second corpus: from the committed records alone (no
+    data), its summary has the pre-registered step-1,000 loss beside the loss at the cap, though its runs train to
+    the cap."""
+    p = subprocess.run([sys.executable, "study.py", "config/study_prose_plan.py", "--train=False",
+                        f"--summary={tmp_path}/prose.json", "--figures="], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    s = json.loads((tmp_path / "prose.json").read_text())
+    assert s["base_config"] == "config/study_prose.py" and s["min_steps"] == 3000 and s["loss_step"] == 1000
+    assert set(s["arms"]) <= {"original", "pairwise", "original_scaled", "original_heat"} and "original" in s["arms"]
+    head, evals = study.read_record(os.path.join(ROOT, "assets", "study_prose", "original_s2.jsonl"))
+    assert s["per_arm"]["original"]["loss_at_1000"]["per_seed"]["2"] == study.loss_at(evals, 1000)
+    assert s["unigram_loss"] == pytest.approx(head["unigram_loss"])
