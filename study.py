@@ -579,6 +579,20 @@ def entropy_figure(runs, per_arm, path):
     plt.close(fig)
 
 
+def per_seed_table(per_arm, cap):
+    """Each run's steps to the criterion and its entropy step, seeds as rows: what the paired tests pair."""
+    def cell(a, sd):
+        if sd not in a['seeds']:
+            return "-"
+        t, e = a['steps_to_criterion'][sd], a['entropy_step'][sd]
+        return f"{t if t is not None else f'> {cap}'} ({e if e is not None else 'never'})"
+    seeds = sorted({sd for a in per_arm.values() for sd in a['seeds']}, key=int)
+    print(f"\n*Steps to the criterion per seed (the entropy step in brackets; > {cap}: censored at the cap; -: not "
+          f"run):*\n\n| seed | " + " | ".join(ARMS[a][0] for a in per_arm) + " |\n|---|" + "---|" * len(per_arm))
+    for sd in seeds:
+        print(f"| {sd} | " + " | ".join(cell(a, sd) for a in per_arm.values()) + " |")
+
+
 def report(runs, missing, shared, u, cap):
     """The summary's tables (Markdown, printed), assets/study.json and the figures."""
     s, level = censored_summary(runs, u, cap), u - drop
@@ -606,6 +620,7 @@ def report(runs, missing, shared, u, cap):
     for d, row in s['sweep'].items():
         print(f"| {d} | " + " | ".join(f"{fmt_steps(r, cap)} ({r['reached']}/{r['n']})" for r in row.values())
               + " |")
+    per_seed_table(s['per_arm'], cap)
     if summary:
         overridden = {o.split('=')[0] for _, overrides, _ in ARMS.values() for o in overrides}
         write_json(summary, {

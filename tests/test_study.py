@@ -308,3 +308,20 @@ def test_the_prose_plan_summarises_its_committed_records(tmp_path):
     head, evals = study.read_record(os.path.join(ROOT, "assets", "study_prose", "original_s2.jsonl"))
     assert s["per_arm"]["original"]["loss_at_1000"]["per_seed"]["2"] == study.loss_at(evals, 1000)
     assert s["unigram_loss"] == pytest.approx(head["unigram_loss"])
+
+
+def test_the_per_seed_table_pairs_each_seed_across_arms(monkeypatch, capsys):
+    monkeypatch.setattr(study, "loss_step", 50)
+    monkeypatch.setattr(study, "sweep", "")
+    monkeypatch.setattr(study, "drop", 0.5)
+
+    def run(losses, entropies):
+        return [{"type": "eval", "step": i * 25, "loss": l, "attn_entropy": [h]}
+                for i, (l, h) in enumerate(zip(losses, entropies))]
+    runs = {"original": {"2": run([9, 5.0, 4.9, 4.5, 4.4], [1, 1, 0.9, 0.7, 0.7]),   # criterion 75, entropy 75
+                         "3": run([9, 5.0, 4.9, 4.8, 4.7], [1, 1, 1, 1, 1])},       # censored, never
+            "pairwise": {"3": run([9, 5.0, 4.4, 4.3, 4.2], [1, 1, 0.5, 0.5, 0.5])}}  # 50, 50; no seed 2
+    study.per_seed_table(study.censored_summary(runs, 5.0, 100)["per_arm"], 100)
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert rows[0] == "| seed | original | pairwise |"
+    assert rows[1:] == ["| 2 | 75 (75) | - |", "| 3 | > 100 (never) | 50 (50) |"]
