@@ -484,10 +484,10 @@ def base_settings():
     need = ('dataset', 'max_iters', 'block_size', 'batch_size', 'eval_iters', 'eval_interval')
     check('study', (set(need) <= set(base_cfg), f"{base} must set {', '.join(need)}"))
     cap = base_cfg['max_iters']
-    check('study', (cap >= min_steps >= loss_step and min_steps % base_cfg['eval_interval'] == 0
+    check('study', (cap >= min_steps >= loss_step >= 0 and min_steps % base_cfg['eval_interval'] == 0
                     and loss_step % base_cfg['eval_interval'] == 0,
                     f"min_steps and loss_step must be multiples of eval_interval ({base_cfg['eval_interval']}), "
-                    f"loss_step <= min_steps <= max_iters ({cap})"))
+                    f"0 <= loss_step <= min_steps <= max_iters ({cap})"))
     return base_cfg, cap
 
 
