@@ -325,3 +325,14 @@ def test_the_per_seed_table_pairs_each_seed_across_arms(monkeypatch, capsys):
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert rows[0] == "| seed | original | pairwise |"
     assert rows[1:] == ["| 2 | 75 (75) | - |", "| 3 | > 100 (never) | 50 (50) |"]
+
+
+@pytest.mark.parametrize("plan, committed", [([], "study.json"), (["config/study_prose_plan.py"], "study_prose.json")])
+def test_the_committed_summaries_are_what_the_committed_records_give(tmp_path, plan, committed):
+    """A fresh clone reproduces each corpus's summary from its records alone: a record committed without its
+    summary brought up to date (or a summary edited by hand) fails here."""
+    p = subprocess.run([sys.executable, "study.py", *plan, "--train=False", f"--summary={tmp_path}/s.json",
+                        "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    with open(os.path.join(ROOT, "assets", committed)) as f:
+        assert json.loads((tmp_path / "s.json").read_text()) == json.load(f)
