@@ -537,8 +537,8 @@ def comparison_table(comparisons, endpoint):
     rows = [c for c in comparisons if c['endpoint'] == endpoint]
     if not rows:
         return
-    print(f"\n{ENDPOINT_NAMES.get(endpoint, f'eval loss at step {loss_step} (difference, nats)')}: mean [95% "
-          f"t-interval]; p: paired t, exact sign-flip, Holm (t, within the family); seeds {NEW_SEEDS}+ alone\n\n"
+    print(f"\n*{ENDPOINT_NAMES.get(endpoint, f'eval loss at step {loss_step} (difference, nats)')}: mean [95% "
+          f"t-interval]; p: paired t, exact sign-flip, Holm (t, within the family); seeds {NEW_SEEDS}+ alone*\n\n"
           f"| arm - reference | family | seeds | mean [95% CI] | p (t) | p (sign-flip) | p (Holm) "
           f"| seeds {NEW_SEEDS}+: n, mean [95% CI], p (t) |\n|---|---|---|---|---|---|---|---|")
     for c in rows:
@@ -612,11 +612,11 @@ def report(runs, missing, shared, u, cap):
         comparison_table(s['comparisons'], endpoint)
     e = s['equivalence']
     if e:
-        print(f"\nequivalence, {ARMS[e['arm']][0]} - {ARMS[e['reference']][0]}, steps to the criterion: 90% interval "
+        print(f"\nEquivalence, {ARMS[e['arm']][0]} - {ARMS[e['reference']][0]}, steps to the criterion: 90% interval "
               f"of the ratio [{math.exp(e['ci90'][0]):.2f}, {math.exp(e['ci90'][1]):.2f}] against the margin "
               f"[{math.exp(-e['margin']):.2f}, {math.exp(e['margin']):.2f}] (n = {e['n']}, TOST p = "
               f"{e['p_tost']:.3g}): {'shown' if e['shown'] else 'not shown'}")
-    print("\n| drop (nats below U) | " + " | ".join(ARMS[a][0] for a in runs) + " |\n|---|" + "---|" * len(runs))
+    print("\n*Median steps to each level of the sweep (runs that reached it):*\n\n| drop (nats below U) | " + " | ".join(ARMS[a][0] for a in runs) + " |\n|---|" + "---|" * len(runs))
     for d, row in s['sweep'].items():
         print(f"| {d} | " + " | ".join(f"{fmt_steps(r, cap)} ({r['reached']}/{r['n']})" for r in row.values())
               + " |")
