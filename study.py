@@ -414,7 +414,7 @@ def censored_summary(runs, u, cap):
     for arm, rs in runs.items():
         tt, ev = zip(*[times(e, level) for e in rs.values()])
         curve = kaplan_meier(tt, ev)
-        losses = [loss_at(e, loss_step) for e in rs.values()]
+        losses = [ends[arm][sd][f'loss_at_{loss_step}'] for sd in rs]  # run_endpoints has it
         ent = {sd: ends[arm][sd]['entropy_step'] for sd in rs}
         pairs = [(ent[sd], ends[arm][sd]['steps']) for sd in rs if ent[sd] is not None and ends[arm][sd]['steps']]
         out['per_arm'][arm] = {
@@ -616,7 +616,8 @@ def report(runs, missing, shared, u, cap):
               f"of the ratio [{math.exp(e['ci90'][0]):.2f}, {math.exp(e['ci90'][1]):.2f}] against the margin "
               f"[{math.exp(-e['margin']):.2f}, {math.exp(e['margin']):.2f}] (n = {e['n']}, TOST p = "
               f"{e['p_tost']:.3g}): {'shown' if e['shown'] else 'not shown'}")
-    print("\n*Median steps to each level of the sweep (runs that reached it):*\n\n| drop (nats below U) | " + " | ".join(ARMS[a][0] for a in runs) + " |\n|---|" + "---|" * len(runs))
+    print("\n*Median steps to each level of the sweep (runs that reached it):*\n\n| drop (nats below U) | "
+          + " | ".join(ARMS[a][0] for a in runs) + " |\n|---|" + "---|" * len(runs))
     for d, row in s['sweep'].items():
         print(f"| {d} | " + " | ".join(f"{fmt_steps(r, cap)} ({r['reached']}/{r['n']})" for r in row.values())
               + " |")

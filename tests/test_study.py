@@ -188,8 +188,8 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
                     'checkpoint_interval = 0\ncompile = False\ndtype = "float32"\n')
     u = study.unigram_loss(str(data), 64, 8, 2)
     args = [sys.executable, "study.py", f"--base={base}", "--arms=original,pairwise", "--seeds=1,2", "--drop=-2.5",
-            "--min_steps=8", "--loss_step=8", "--sweep=-2.5,-1", f"--out_dir={tmp_path}/runs", f"--records={tmp_path}/rec",
-            f"--summary={tmp_path}/study.json", f"--figures={tmp_path}/fig"]
+            "--min_steps=8", "--loss_step=8", "--sweep=-2.5,-1", f"--out_dir={tmp_path}/runs",
+            f"--records={tmp_path}/rec", f"--summary={tmp_path}/study.json", f"--figures={tmp_path}/fig"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     run = lambda *extra: subprocess.run([*args, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     p = run()
