@@ -598,8 +598,8 @@ def report(runs, missing, shared, u, cap):
     s, level = censored_summary(runs, u, cap), u - drop
     print(f"\ncriterion: eval loss <= U - {drop:g} = {level:.4f} (U = {u:.4f}, the unigram predictor's eval loss); "
           f"cap {cap} steps\n\n| arm | seeds | met the criterion | median steps (Kaplan-Meier) | restricted mean steps "
-          f"| eval loss at {loss_step}: mean (sd) | median entropy step | entropy step vs exit: Spearman, median lag "
-          f"|\n|---|---|---|---|---|---|---|---|")
+          f"| eval loss at {loss_step}: mean (sd) | median entropy step (Kaplan-Meier) | entropy step vs exit: "
+          f"Spearman, median lag |\n|---|---|---|---|---|---|---|---|")
     for arm, a in s['per_arm'].items():
         l, ev = a[f'loss_at_{loss_step}'], a['entropy_vs_exit']
         loss = f"{l['mean']:.3f}" + (f" ({l['sd']:.3f})" if l['sd'] is not None else "") if l else "-"
@@ -616,7 +616,8 @@ def report(runs, missing, shared, u, cap):
               f"of the ratio [{math.exp(e['ci90'][0]):.2f}, {math.exp(e['ci90'][1]):.2f}] against the margin "
               f"[{math.exp(-e['margin']):.2f}, {math.exp(e['margin']):.2f}] (n = {e['n']}, TOST p = "
               f"{e['p_tost']:.3g}): {'shown' if e['shown'] else 'not shown'}")
-    print("\n*Median steps to each level of the sweep (runs that reached it):*\n\n| drop (nats below U) | "
+    print("\n*Median steps to each level of the sweep (Kaplan-Meier: a run that never reaches a level is censored "
+          "at its last step; in brackets the runs that reached it):*\n\n| drop (nats below U) | "
           + " | ".join(ARMS[a][0] for a in runs) + " |\n|---|" + "---|" * len(runs))
     for d, row in s['sweep'].items():
         print(f"| {d} | " + " | ".join(f"{fmt_steps(r, cap)} ({r['reached']}/{r['n']})" for r in row.values())
