@@ -46,12 +46,12 @@ class Run:
 
     def restore(self, model, optimizer, scaler, rank=0, world=1, device_type="cpu", flag_group=None):
         """The resumed run's model, optimizer and loss scaler, and its loop state (iter_num, last_eval, eval_loss,
-        probe); a new run's is (0, -1, None, None). Its RNG state waits for restore_rng (compiling draws from it). The
+        probe, spent); a new run's is (0, -1, None, None, 0.0). Its RNG state waits for restore_rng (compiling draws from it). The
         run keeps what it needs to save and to stop."""
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.world, self.device_type, self.flag_group = world, device_type, flag_group
         if not self.resumed:
-            return 0, -1, None, None
+            return 0, -1, None, None, 0.0
         ck = self.ckpt
         model.load_state_dict(ck["model"])
         try:
@@ -71,7 +71,7 @@ class Run:
                       flush=True)
             if self.rng is None:
                 print(f"resuming with {world} processes instead of {len(ck['rng'])}: dropout RNG re-seeded", flush=True)
-        return iter_num, last_eval, eval_loss, ck.get("probe")
+        return iter_num, last_eval, eval_loss, ck.get("probe"), ck.get("spent", 0.0)
 
     def restore_rng(self):
         """The interrupted run's RNG state, for a bit-exact continuation; the checkpoint is let go."""
@@ -129,22 +129,25 @@ class Run:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda signum, frame: self.signals.append(signum))
 
-    def signalled(self):
-        """The signal to stop on (0: none); with several processes the largest of all of theirs, over a CPU side
-        channel (no GPU sync), so that they stop at the same step."""
+    def signalled(self, spent=0.0):
+        """(the signal to stop on (0: none), the seconds spent on training steps); with several processes the largest
+        of all of theirs, over a CPU side channel (no GPU sync), so that they stop at the same step and follow the same
+        budget."""
         stopping = max(self.signals, default=0)
         if self.flag_group is not None:
-            flag = torch.tensor([stopping])
+            flag = torch.tensor([stopping, spent], dtype=torch.float64)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.flag_group)
-            stopping = int(flag.item())
-        return stopping
+            stopping, spent = int(flag[0].item()), flag[1].item()
+        return stopping, spent
 
-    def summary(self, step, eval_loss, eval_acc):
+    def summary(self, step, eval_loss, eval_acc, spent=0.0):
         """What the finished run left where, and the commands that come next."""
         rel = os.path.relpath(self.out_dir) if not os.path.relpath(self.out_dir).startswith("..") else self.out_dir
         c, name = self.config, os.path.basename(self.out_dir)
         evaluated = f", eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}" if eval_acc is not None else ""
-        target = f" (at or below target_loss {c['target_loss']})" if step < c["max_iters"] else ""
+        budget = c.get("max_minutes") and spent >= 60 * c["max_minutes"]
+        target = "" if step >= c["max_iters"] else f" (its budget of {c['max_minutes']:g} minutes spent)" if budget \
+            else f" (at or below target_loss {c['target_loss']})"
         folder = os.path.join(self.out_dir, "snapshots")
         snapshots = len(os.listdir(folder)) if os.path.isdir(folder) else 0
         return (f"done: step {step}{evaluated}{target}. In {rel}/: ckpt.pt (the full state), log.jsonl (the curves), "
@@ -152,7 +155,8 @@ class Run:
                 f"\nnext: python sample.py --init_from={rel}/ckpt.pt --text='The [MASK] sat on the mat.'"
                 f"\n      python finetune_glue.py --init_from={rel}/ckpt.pt --data_dir=<GLUE folder> --tasks=sst2,stsb"
                 f"\n      python plot.py --runs={rel}    |    python export_hf.py --init_from={rel}/ckpt.pt "
-                f"--out_dir=hf/{name}\n      to train further: a higher --max_iters with --init_from=resume"
+                f"--out_dir=hf/{name}\n      to train further: a higher --max_iters"
+                + (" or --max_minutes" if budget else "") + " with --init_from=resume"
                 + (" --target_loss=0" if c["target_loss"] else ""))
 
     def close(self):
@@ -165,7 +169,7 @@ class Run:
 
 # ----------------------------------------------------------------------------- is this the same run?
 MACHINE_KEYS = ("init_from", "out_dir", "device", "dtype", "compile")  # where and how a run is made, not what it is
-END_KEYS = ("target_loss", "min_iters", "max_iters")  # where it ends
+END_KEYS = ("target_loss", "min_iters", "max_iters", "max_minutes")  # where it ends
 
 
 SAVE_KEYS = ("save_interval", "checkpoint_interval")  # how often it is saved: not what it computes
@@ -174,18 +178,20 @@ SAVE_KEYS = ("save_interval", "checkpoint_interval")  # how often it is saved: n
 def run_changes(old, new, ignore=MACHINE_KEYS):
     """What makes the settings `new` another run than the run made with `old`: ['key old -> new', ...] over the
     settings both have, other than `ignore`, how often it is saved, and where a run ends (target_loss, min_iters;
-    max_iters too under a constant learning rate, where a longer run has the same past)."""
-    ends = tuple(k for k in END_KEYS if k != "max_iters" or not new.get("decay_lr", True))
+    max_iters and max_minutes too under a constant learning rate, where a longer run has the same past)."""
+    ends = tuple(k for k in END_KEYS if k not in ("max_iters", "max_minutes") or not new.get("decay_lr", True))
     return [f"{k} {old[k]!r} -> {v!r}" for k, v in new.items()
             if k in old and k not in ignore + ends + SAVE_KEYS and old[k] != v]
 
 
 def is_finished(ck, config):
-    """The run at the state ck (iter_num, last_eval, eval_loss: a checkpoint's) has gone as far as config asks: to
-    max_iters, or to an eval at or after min_iters (never step 0) with a loss at or below target_loss (0: none)."""
+    """The run at the state ck (iter_num, last_eval, eval_loss, spent: a checkpoint's) has gone as far as config asks:
+    to max_iters, through its budget (max_minutes), or to an eval at or after min_iters (never step 0) with a loss at
+    or below target_loss (0: none)."""
     stopped = config["target_loss"] and ck.get("eval_loss") is not None and ck.get("last_eval") == ck["iter_num"] \
         and ck["eval_loss"] <= config["target_loss"] and ck["iter_num"] >= max(config["min_iters"], 1)
-    return ck["iter_num"] >= config["max_iters"] or bool(stopped)
+    spent = config.get("max_minutes") and ck.get("spent", 0.0) >= 60 * config["max_minutes"]
+    return ck["iter_num"] >= config["max_iters"] or bool(stopped) or bool(spent)
 
 
 def open_run(out_dir, config, given):
@@ -218,8 +224,9 @@ def open_run(out_dir, config, given):
         except SystemExit:  # not even readable: certainly not this run (refused below, nothing touched)
             old = None
         if old and not run_changes(old["config"], config) and is_finished(old, config):
-            further = "--init_from=resume" + (" --target_loss=0" if old["iter_num"] < config["max_iters"] else
-                                              " and a higher --max_iters")
+            budget = config.get("max_minutes") and old.get("spent", 0.0) >= 60 * config["max_minutes"]
+            further = "--init_from=resume" + (" and a higher --max_iters" if old["iter_num"] >= config["max_iters"]
+                                              else " and a higher --max_minutes" if budget else " --target_loss=0")
             raise NothingToDo(f"{out_dir} already holds this run, finished at step {old['iter_num']}: nothing to do. "
                               f"To train it further: {further}; a new run: another --out_dir")
     if found:

@@ -2,6 +2,7 @@
 What a training step is made of around the model: torch.compile (with DDP first), the learning-rate schedule and the
 optimizer step. Shared by train.py, finetune_glue.py and bench.py.
 """
+import time
 from contextlib import nullcontext
 
 import torch
@@ -58,6 +59,16 @@ def linear_schedule(step, lr, warmup, total, decay=True):
     if step < warmup:
         return lr * step / warmup
     return lr * max(0.0, (total - step) / max(1, total - warmup)) if decay else lr
+
+
+clock = time.perf_counter  # the budget's clock (max_minutes); a test puts a controlled one here
+
+
+def progress(step, spent, total, minutes=0.0):
+    """Where the schedule stands, in steps of `total`: the step, or under a budget of `minutes` the fraction of it
+    spent (seconds) times total, whichever is further, so that the learning rate reaches 0 as the budget runs out
+    (Cramming's schedule by budget) and max_iters still ends the run."""
+    return max(step, spent / (60 * minutes) * total) if minutes else step
 
 
 def schedule(optimizer, step, lr, warmup, total, decay=True):

@@ -27,6 +27,7 @@ from dataloader import PretrainingData
 from device import set_up, set_up_processes
 from model import Bert, BertConfig
 from run import Run
+import step
 from step import distribute_and_compile, optimizer_step, schedule
 
 # -----------------------------------------------------------------------------
@@ -52,6 +53,8 @@ mask_prob = 0.15  # fraction of each sequence's tokens that is predicted
 batch_size = 32  # sequences per micro-batch and process
 gradient_accumulation_steps = 8  # micro-batches per optimizer step, over all processes
 max_iters = 200_000  # optimizer steps
+max_minutes = 0.0  # a compute budget: minutes of training steps (evals and saves not counted); 0 = none. The schedule
+                   # runs on the fraction spent (or of max_iters, whichever is further) and the run ends when it is spent
 learning_rate = 1e-4  # peak learning rate
 warmup_iters = 10_000  # linear warm-up from 0, then linear decay to 0 at max_iters
 decay_lr = True  # False: constant learning rate after the warm-up
@@ -87,7 +90,8 @@ check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch
       (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1
        and qk_lr_scale > 0, "learning_rate, eps and qk_lr_scale must be > 0, weight_decay and grad_clip >= 0, beta1 "
                             "and beta2 in [0, 1)"),
-      (warmup_iters >= 0 and checkpoint_interval >= 0, "warmup_iters and checkpoint_interval must be >= 0"),
+      (warmup_iters >= 0 and checkpoint_interval >= 0 and max_minutes >= 0,
+       "warmup_iters, checkpoint_interval and max_minutes must be >= 0"),
       (min(n_layer, n_head, n_embd, n_inner, block_size) >= 1,
        "n_layer, n_head, n_embd, n_inner, block_size must be >= 1"))
 
@@ -128,14 +132,19 @@ torch.manual_seed(seed + rank)  # DDP makes every process start from rank 0's we
 raw_model = Bert(BertConfig(**run.model_args)).to(device)
 optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type, qk_lr_scale)
 scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
-iter_num, last_eval, eval_loss, probe = run.restore(raw_model, optimizer, scaler, rank, world, device_type, flag_group)
-# last_eval: the step of the latest eval (a resume skips it); probe: (step, scores) then, to see how fast they move
+iter_num, last_eval, eval_loss, probe, spent = run.restore(raw_model, optimizer, scaler, rank, world, device_type,
+                                                           flag_group)
+# last_eval: the step of the latest eval (a resume skips it); probe: (step, scores) then, to see how fast they move;
+# spent: seconds of training steps so far (max_minutes' budget)
 if master:
     os.makedirs(os.path.join(run.out_dir, "snapshots"), exist_ok=True)
     n_params = sum(p.numel() for p in raw_model.parameters())
     print(f"{run.model_args['attention_type']} BERT, {n_params / 1e6:.2f}M parameters; {len(data.train):,} train / "
           f"{len(data.val):,} val blocks of {block_size}; {world} process(es) x {accum} micro-steps x {batch_size} = "
           f"{batch_size * gradient_accumulation_steps} sequences per step; {device}, {dtype} ({dtype_why})", flush=True)
+    if max_minutes:
+        print(f"budget: {max_minutes:g} minutes of training steps (evals and saves not counted), "
+              f"{spent / 60:.2f} spent; the learning rate follows the fraction spent", flush=True)
     if warmup_iters > max_iters:
         print(f"note: warmup_iters ({warmup_iters}) > max_iters ({max_iters}): the learning rate never reaches "
               f"{learning_rate:g}", flush=True)
@@ -172,7 +181,7 @@ def evaluate():
 # the training loop
 run.open_log(iter_num, wandb_project if wandb_log else None)
 run.catch_signals()  # from here on a signal finishes the step, saves and exits with 128 + its number
-state = lambda: {"iter_num": iter_num, "last_eval": last_eval, "eval_loss": eval_loss, "probe": probe}
+state = lambda: {"iter_num": iter_num, "last_eval": last_eval, "eval_loss": eval_loss, "probe": probe, "spent": spent}
 tokens_per_step = batch_size * block_size * gradient_accumulation_steps
 bar = tqdm(total=max_iters, initial=iter_num, disable=not (master and sys.stderr.isatty()), dynamic_ncols=True)
 say = bar.write if not bar.disable else lambda s: print(s, flush=True)  # live bar on a terminal; lines in a log file
@@ -190,13 +199,14 @@ while True:
 
     # evaluate on the fixed eval set, with the plateau diagnostics
     raw_model.anneal_scores(iter_num)  # heat treatment: the scores' multiplier at this step (else nothing)
-    if (iter_num % eval_interval == 0 or iter_num == max_iters) and last_eval != iter_num:
+    if (iter_num % eval_interval == 0 or run.finished(state())) and last_eval != iter_num:  # and at the end
         eval_loss, eval_acc, diag = evaluate()
         last_eval, probe = iter_num, (iter_num, diag.pop("probe"))
         if not math.isfinite(eval_loss):
             run.stop(f"eval loss is {eval_loss}", iter_num)
         if master:
-            run.log({"type": "eval", "step": iter_num, "loss": eval_loss, "accuracy": eval_acc, **diag})
+            run.log({"type": "eval", "step": iter_num, "loss": eval_loss, "accuracy": eval_acc, **diag,
+                     "spent": round(spent, 2)})
             say(f"step {iter_num}: eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}, attention entropy "
                 f"{' '.join(f'{e:.2f}' for e in diag['attn_entropy'])}, collapse {diag['collapse']:.2f}")
         t0, t0_iter = time.time(), iter_num  # throughput excludes evaluation
@@ -209,10 +219,12 @@ while True:
     if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0:
         run.save(os.path.join(run.out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt"), state(), full=False)
     if finished:
-        break  # at max_iters, or target_loss met at this eval
+        break  # at max_iters, the budget spent, or target_loss met at this eval
 
     # one optimizer step: accum micro-batches per process, gradients synchronised on the last one only
-    lr = schedule(optimizer, iter_num, learning_rate, warmup_iters, max_iters, decay_lr)
+    t_step = step.clock()
+    lr = schedule(optimizer, step.progress(iter_num, spent, max_iters, max_minutes), learning_rate, warmup_iters,
+                  max_iters, decay_lr)
     train_loss = torch.zeros((), device=device)
     for micro in range(accum):
         if ddp:
@@ -225,7 +237,7 @@ while True:
     optimizer_step(optimizer, scaler, raw_model.parameters(), grad_clip)
     iter_num += 1
     bar.update(1)
-    stopping = run.signalled()  # every process stops at the same step
+    stopping, spent = run.signalled(spent + step.clock() - t_step)  # every process: the same stop and time spent
 
     # log the training loss, throughput and MFU (the loss is read, a host sync, only here)
     if iter_num % log_interval == 0:
@@ -255,4 +267,4 @@ run.close()  # every process waits for rank 0's save
 if stopping:
     sys.exit(128 + stopping)  # a scheduler can tell a pre-empted run from a finished one
 if master:
-    print(run.summary(iter_num, eval_loss, eval_acc))
+    print(run.summary(iter_num, eval_loss, eval_acc, spent))

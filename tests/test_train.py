@@ -608,3 +608,36 @@ def test_target_loss_stops_a_run_and_its_resume(data_dir, tmp_path):
     assert torch.load(f"{tmp_path}/r/ckpt.pt", weights_only=True)["iter_num"] == 6 and "done: step 6" in p.stdout
     p = run_train(*args, "--init_from=resume", "--target_loss=0")
     assert "not an exact continuation" not in p.stdout and read_log(f"{tmp_path}/r", "eval")[-1]["step"] == 20
+
+
+def run_train_clocked(*args, tick=0.5):
+    """train.py with a controlled budget clock: every training step takes exactly `tick` seconds of it."""
+    code = ("import itertools, runpy, sys, step; c = itertools.count(); "
+            f"step.clock = lambda: next(c) * {tick}; sys.argv = ['train.py'] + {list(args)!r}; "
+            "runpy.run_path('train.py', run_name='__main__')")
+    p = run_script("-c", code)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def test_a_time_budget_drives_the_schedule_stops_saves_and_resumes(data_dir, tmp_path):
+    """--max_minutes: the learning rate follows the fraction of the budget spent on training steps (whichever of it
+    and step / max_iters is further), the run ends when the budget is spent with an eval and a save, and a resume
+    continues from the time its checkpoint says was spent."""
+    out = f"{tmp_path}/r"
+    args = [*TINY, f"--dataset={data_dir}", "--eval_interval=100", "--max_iters=100", "--warmup_iters=10",
+            "--dtype=float32", f"--out_dir={out}"]
+    p = run_train_clocked(*args, "--max_minutes=0.05")  # 3 s at 0.5 s a step: 6 steps
+    expect = lambda k, minutes: linear_schedule(max(k, k * 0.5 / (60 * minutes) * 100), 1e-2, 10, 100)
+    assert [(r["step"], r["lr"]) for r in read_log(out, "train")] == [
+        (k + 1, pytest.approx(expect(k, 0.05))) for k in range(6)]  # step 1's lr: already past the warm-up
+    ck = torch.load(f"{out}/ckpt.pt", weights_only=True)
+    assert ck["iter_num"] == 6 and ck["spent"] == 3.0
+    assert [(r["step"], r["spent"]) for r in read_log(out, "eval")] == [(0, 0.0), (6, 3.0)]  # the end is evaluated
+    assert "its budget of 0.05 minutes spent" in p.stdout
+    p = run_train_clocked(*args, "--max_minutes=0.05")  # the same command again: finished, nothing to do
+    assert "nothing to do" in p.stdout and "a higher --max_minutes" in p.stdout
+    run_train_clocked(*args, "--max_minutes=0.1", "--init_from=resume")  # 3 s more
+    lrs = [(r["step"], r["lr"]) for r in read_log(out, "train")]
+    assert lrs[6:] == [(k + 1, pytest.approx(expect(k, 0.1))) for k in range(6, 12)]  # spent went on from 3 s
+    assert torch.load(f"{out}/ckpt.pt", weights_only=True)["iter_num"] == 12
