@@ -82,16 +82,16 @@ peak_flops = 0.0  # device peak for the MFU estimate; 0 = the GPU's datasheet pe
 given = set()  # the keys set by config files or --key=value
 config = configure(globals(), given=given)
 check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch' or 'resume', got {init_from!r}"),
-      (min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, save_interval,
-           max_iters) >= 1, "batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, "
-                            "save_interval and max_iters must be >= 1"),
+      (min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, save_interval) >= 1,
+       "batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval and save_interval must be "
+       ">= 1"),
       (0 < mask_prob < 1, f"mask_prob must be in (0, 1), got {mask_prob}"),
       (0 <= dropout < 1, f"dropout must be in [0, 1), got {dropout}"),
       (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1
        and qk_lr_scale > 0, "learning_rate, eps and qk_lr_scale must be > 0, weight_decay and grad_clip >= 0, beta1 "
                             "and beta2 in [0, 1)"),
-      (warmup_iters >= 0 and checkpoint_interval >= 0 and max_minutes >= 0,
-       "warmup_iters, checkpoint_interval and max_minutes must be >= 0"),
+      (min(warmup_iters, checkpoint_interval, max_minutes, max_iters) >= 0,  # max_iters=0: the untrained model, saved
+       "warmup_iters, checkpoint_interval, max_minutes and max_iters must be >= 0"),
       (min(n_layer, n_head, n_embd, n_inner, block_size) >= 1,
        "n_layer, n_head, n_embd, n_inner, block_size must be >= 1"))
 
@@ -145,7 +145,7 @@ if master:
     if max_minutes:
         print(f"budget: {max_minutes:g} minutes of training steps (evals and saves not counted), "
               f"{spent / 60:.2f} spent; the learning rate follows the fraction spent", flush=True)
-    if warmup_iters > max_iters:
+    if warmup_iters > max_iters > 0:
         print(f"note: warmup_iters ({warmup_iters}) > max_iters ({max_iters}): the learning rate never reaches "
               f"{learning_rate:g}", flush=True)
 
@@ -186,7 +186,7 @@ tokens_per_step = batch_size * block_size * gradient_accumulation_steps
 bar = tqdm(total=max_iters, initial=iter_num, disable=not (master and sys.stderr.isatty()), dynamic_ncols=True)
 say = bar.write if not bar.disable else lambda s: print(s, flush=True)  # live bar on a terminal; lines in a log file
 x, y, pos = get_batch(iter_num, 0)
-stopping, eval_acc, saved = 0, None, iter_num  # saved: the step of ckpt.pt
+stopping, eval_acc, saved = 0, None, iter_num if run.resumed else -1  # saved: the step of ckpt.pt (-1: none yet)
 t0, t0_iter = time.time(), iter_num
 while True:
     # a signal: save at once and stop (an eval due at this step runs after the resume instead)
@@ -213,7 +213,7 @@ while True:
 
     # save: the full state every save_interval steps and at the end; a model-only snapshot every checkpoint_interval
     finished = run.finished(state())
-    if (iter_num % save_interval == 0 or finished) and saved != iter_num:
+    if (iter_num % save_interval == 0 and iter_num > 0 or finished) and saved != iter_num:
         run.save(run.ckpt_path, state())
         saved, t0, t0_iter = iter_num, time.time(), iter_num  # throughput excludes saving
     if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0:

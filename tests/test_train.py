@@ -406,7 +406,7 @@ def test_bad_input_messages(data_dir, tmp_path):
     assert "is not a readable checkpoint" in p.stderr and "Traceback" not in p.stderr
     p = run_train(*TINY, "--attention_type=asym", f"--dataset={data_dir}", f"--out_dir={tmp_path}/y", check=False)
     assert "attention_type must be one of" in p.stderr
-    for bad, msg in [("--eval_interval=0", "max_iters must be >= 1"), ("--device=gpu", "is not available here"),
+    for bad, msg in [("--eval_interval=0", "save_interval must be >= 1"), ("--device=gpu", "is not available here"),
                      ("--batch_size=100000", "prepare more data or use a batch_size <=")]:
         p = run_train(*TINY, bad, f"--dataset={data_dir}", f"--out_dir={tmp_path}/z", check=False)
         assert msg in p.stderr and "Traceback" not in p.stderr, (bad, p.stderr[-500:])
@@ -641,3 +641,15 @@ def test_a_time_budget_drives_the_schedule_stops_saves_and_resumes(data_dir, tmp
     lrs = [(r["step"], r["lr"]) for r in read_log(out, "train")]
     assert lrs[6:] == [(k + 1, pytest.approx(expect(k, 0.1))) for k in range(6, 12)]  # spent went on from 3 s
     assert torch.load(f"{out}/ckpt.pt", weights_only=True)["iter_num"] == 12
+
+
+def test_max_iters_0_saves_the_untrained_model(data_dir, tmp_path):
+    """--max_iters=0: no step; the model as initialised from the seed is evaluated and saved (a GLUE baseline: what
+    pre-training bought), the same weights as step 0 of a run with that seed."""
+    run_train(*TINY, f"--dataset={data_dir}", "--max_iters=0", "--dtype=float32", f"--out_dir={tmp_path}/u")
+    ck = torch.load(f"{tmp_path}/u/ckpt.pt", weights_only=True)
+    assert ck["iter_num"] == 0 and not read_log(f"{tmp_path}/u", "train")
+    assert [r["step"] for r in read_log(f"{tmp_path}/u", "eval")] == [0]
+    run_train(*TINY, f"--dataset={data_dir}", "--max_iters=1", "--dtype=float32", f"--out_dir={tmp_path}/t")
+    first = read_log(f"{tmp_path}/t", "eval")[0]
+    assert first["step"] == 0 and first["loss"] == read_log(f"{tmp_path}/u", "eval")[0]["loss"]
