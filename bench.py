@@ -5,6 +5,7 @@ is installed (it is not a requirement of this project), in each precision under 
 
     python bench.py                                        # CPU: bert-small shape, seq 128, batch 8
     python bench.py --profile=True                         # and where each step's time goes, by category
+    python bench.py --latency=1x128,32x512                 # forward-only latency of a classifier, per operator
     python bench.py --device=cuda --n_layer=12 --n_head=12 --n_embd=768 --n_inner=3072 \
         --block_size=512 --batch_size=32 --hf_modes=eager,compiled   # bert-base on a GPU, bf16
 
@@ -26,7 +27,8 @@ from torch.profiler import ProfilerActivity
 
 from dataloader import mask_tokens
 from device import autocast, gpu_peak_flops, resolve_dtype, set_up
-from model import ATTENTION_TYPES, Bert, BertConfig
+from files import write_json
+from model import ATTENTION_TYPES, Bert, BertClassifier, BertConfig
 from step import compile_model
 
 # -----------------------------------------------------------------------------
@@ -37,12 +39,15 @@ vocab_size = 30522  # bert-base-uncased's, as Hugging Face BERT is usually run
 block_size = 128  # sequence length
 batch_size = 8  # sequences per step
 mask_prob = 0.15  # fraction of positions predicted (where our MLM head runs)
-attention_types = "original,symmetric,pairwise,additive,hybrid"  # ours, as a comma list
+attention_types = "original,symmetric,pairwise,additive,hybrid"  # ours, as a comma list; '+sub_ln' adds sub-layer norms
 modes = "compiled"  # ours: 'eager', 'compiled' or both (train.py compiles by default)
 hf_modes = "eager"  # BertForMaskedLM: 'eager' (as its users run it), 'compiled', both, or '' to skip
 warmup, steps, repeats = 2, 2, 3  # untimed steps first, then repeats x steps timed per model
 seq_lens = "256,1024"  # additive vs original at a fixed number of tokens per batch ('' to skip)
 profile = False  # True (or --profile): also each step's time by category (torch.profiler), ours beside HF
+latency = ""  # e.g. '1x128,32x512': forward-only latency of a classifier (eager) per attention type at these
+             # batch x sequence shapes, instead of the training table (HybridBERT's inference claim)
+json = ""  # also write the ms per step (or per forward) of each of ours to this JSON file
 peak_flops = 0.0  # for MFU on a GPU; 0 = the GPU's datasheet peak in each precision (device.gpu_peak_flops)
 matmul_size = 0  # the square matmul timed as each precision's peak; 0 = 2048 on a CPU, 8192 on a GPU
 seed = 0  # initialisation and the batch
@@ -117,8 +122,10 @@ def make_batch(B, T):
 
 
 def config(attention_type, T=None):
+    """attention_type may end in '+sub_ln' (HybridBERT's sub-layer LayerNorms)."""
+    name, _, extra = attention_type.partition("+")
     return BertConfig(vocab_size=vocab_size, block_size=max(512, T or block_size), n_layer=n_layer, n_head=n_head,
-                      n_embd=n_embd, n_inner=n_inner, attention_type=attention_type)
+                      n_embd=n_embd, n_inner=n_inner, attention_type=name, sub_ln=extra == "sub_ln")
 
 
 def ours(attention_type, T=None):
@@ -313,6 +320,29 @@ def print_seq_len_scaling(dtype):
         print(f"| {attention_type} | " + " | ".join(f"{t * 1e3:.0f} ({t / times[0]:.2f}x)" for t in times) + " |")
 
 
+def print_latency(dtype):
+    """Forward-only latency of a sequence classifier (the encoder, pooler and head: what a fine-tuned model runs),
+    eager, under inference_mode, per attention type and batch x sequence shape; median ms of `repeats` timings."""
+    shapes = [tuple(map(int, s.split("x"))) for s in latency.split(",")]
+    types = attention_types.split(",")
+    fns = {}
+    for t in types:
+        torch.manual_seed(seed)
+        model = BertClassifier(config(t, max(T for _, T in shapes)), 2).to(device).eval()
+        for B, T in shapes:
+            x = torch.randint(0, vocab_size - 4, (B, T), generator=torch.Generator().manual_seed(seed)).to(device)
+            fns[(t, B, T)] = lambda m=model, x=x: m(x)
+
+    with torch.inference_mode(), autocast(device.split(":")[0], dtype):
+        times = dict(zip(fns, median_step_times(list(fns.values()))))
+    print(f"\nforward-only latency, eager, {dtype}: ms per batch (relative to {types[0]})")
+    print("| attention | " + " | ".join(f"{B} x {T}" for B, T in shapes) + " |\n|---|" + "---|" * len(shapes))
+    for t in types:
+        print(f"| {t} | " + " | ".join(f"{times[(t, B, T)] * 1e3:.1f} ({times[(t, B, T)] / times[(types[0], B, T)]:.2f}x)"
+                                     for B, T in shapes) + " |")
+    return {f"{t} {B}x{T}": times[(t, B, T)] * 1e3 for t, B, T in times}
+
+
 def main():
     device_type, auto, why, _, _ = set_up(device, "auto")  # the device checked, TF32 on, the precision auto picks
     if dtypes == "auto":
@@ -321,7 +351,7 @@ def main():
         dtype_list, why = [resolve_dtype(d, device_type)[0] for d in dtypes.split(",")], "as asked"
     if "float16" in dtype_list:
         raise SystemExit("bench: dtype float16 would need a GradScaler here: use bfloat16 or float32")
-    check_names(attention_types.split(","), ATTENTION_TYPES, "attention type")
+    check_names([t.removesuffix("+sub_ln") for t in attention_types.split(",")], ATTENTION_TYPES, "attention type")
     check_names(modes.split(","), ("eager", "compiled"), "mode")
     check_names([m for m in hf_modes.split(",") if m], ("eager", "compiled"), "hf mode")
     if min(batch_size, block_size, warmup, steps, repeats) < 1 or not 0 < mask_prob < 1 or matmul_size < 0:
@@ -335,8 +365,13 @@ def main():
     name = torch.cuda.get_device_name() if on_gpu else f"CPU, {torch.get_num_threads()} threads"
     n_mm = matmul_size or (8192 if on_gpu else 2048)
     print(f"device: {name}; torch {torch.__version__}; {', '.join(dtype_list)} ({why}); {n_layer} layers, {n_head} "
-          f"heads, {n_embd} hidden, vocab {vocab_size}; batch {batch_size} x {block_size} tokens, {mask_prob:.0%} "
-          f"predicted")
+          f"heads, {n_embd} hidden, vocab {vocab_size}" + ("" if latency else f"; batch {batch_size} x {block_size} "
+                                                                            f"tokens, {mask_prob:.0%} predicted"))
+    if latency:
+        out = print_latency(dtype_list[-1])
+        if json:
+            write_json(json, {"device": name, "torch": torch.__version__, "dtype": dtype_list[-1], "ms_per_forward": out})
+        return
     x, y, pos = make_batch(batch_size, block_size)
     peak_fns = {dtype: square_matmul(dtype, n_mm) for dtype in dtype_list}
     for fn in peak_fns.values():
@@ -348,6 +383,10 @@ def main():
     peak = {dtype: 2 * n_mm ** 3 / dt for dtype, dt in zip(peak_fns, times[len(rows):])}  # each precision's FLOP/s
     print(f"\nmatmul peak here ({n_mm} x {n_mm}): " + ", ".join(f"{d} {f / 1e9:,.0f} GFLOP/s" for d, f in peak.items()))
     print_table(rows, peak, x.numel(), on_gpu)
+    if json:
+        write_json(json, {"device": name, "torch": torch.__version__, "shape": [batch_size, block_size],
+                          "ms_per_step": {r.label.removeprefix("ours, "): r.seconds * 1e3 for r in rows
+                                          if r.label.startswith("ours") and r.dtype == dtype_list[-1]}})
     if profile:
         print_profile(rows)
     if seq_lens:

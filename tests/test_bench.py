@@ -1,4 +1,6 @@
 """bench.py: it runs and prints its tables at a tiny shape (and the profile's categories); bad options are one line."""
+import json
+
 import pytest
 
 from conftest import run_script
@@ -78,3 +80,27 @@ def test_a_fused_kernel_is_counted_where_its_largest_part_belongs():
     assert bench.category("graph_0_cpp_fused_gelu_native_dropout_3") == "norm, activation, dropout"
     assert bench.category("aten::bernoulli_") == "norm, activation, dropout"
     assert bench.category("aten::addmm") == "matmuls"
+
+
+def test_latency_mode_and_the_json_of_step_times(tmp_path):
+    """--latency: forward-only ms per batch of a classifier per operator and shape, written to --json with the ratios
+    printed against the first operator; the training table's --json holds each of ours, '+sub_ln' included."""
+    p = bench(*TINY, "--dtypes=float32", "--attention_types=original,hybrid+sub_ln", "--latency=1x16,2x64",
+              f"--json={tmp_path}/lat.json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads((tmp_path / "lat.json").read_text())["ms_per_forward"]
+    assert set(got) == {f"{t} {s}" for t in ("original", "hybrid+sub_ln") for s in ("1x16", "2x64")}
+    row = next(line for line in p.stdout.splitlines() if line.startswith("| hybrid+sub_ln |")).split(" | ")
+    want = got["hybrid+sub_ln 2x64"] / got["original 2x64"]
+    assert row[2].startswith(f"{got['hybrid+sub_ln 2x64']:.1f} ({want:.2f}x)")
+    p = bench(*TINY, "--hf_modes=", "--seq_lens=", "--dtypes=float32", "--attention_types=pairwise,hybrid+sub_ln",
+              f"--json={tmp_path}/steps.json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    steps = json.loads((tmp_path / "steps.json").read_text())["ms_per_step"]
+    assert set(steps) == {"pairwise", "hybrid+sub_ln"} and all(v > 0 for v in steps.values())
+
+
+def test_sub_ln_spec_builds_the_sub_layer_norms():
+    import bench as b
+    assert b.config("hybrid+sub_ln").sub_ln and b.config("hybrid+sub_ln").attention_type == "hybrid"
+    assert not b.config("hybrid").sub_ln

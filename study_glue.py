@@ -1,0 +1,344 @@
+"""
+The second study (docs/study_glue.md): the seed papers' other claims at laptop scale. Pre-trains each arm (the
+original, symmetric and pairwise operators and HybridBERT's hybrid with sub-layer LayerNorms; and the untrained
+model, for GLUE only) with paired seeds, fine-tunes each final model on four GLUE tasks with several seeds, and runs
+the checkpoint benchmark (Figure 3) on one seed's snapshots. Each finished job's record is kept in
+assets/study_glue/ (small files, committed): the summary and figures are made from those files alone.
+
+    python prepare_oscar.py --source=prose             # the corpus, once (docs/data.md)
+    python study_glue.py --glue_dir=<GLUE folder>      # runs only the jobs whose records are missing, two at a time
+    python study_glue.py --train=False                 # the summary and figures from the records, nothing run
+
+The plan, endpoints and tests were fixed before the runs (docs/study_glue.md). An interrupted job is resumed from
+out/study_glue/; re-running the command continues.
+"""
+import datetime
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+import plot
+from configurator import check, configure, read_file
+from dataloader import dataset_dir
+from files import read_json, write_json
+from plot import read_evals
+from study import (code_commit, cpu_name, differ, holm, paired_t, read_record, sign_flip_p, tost, unigram_loss,
+                   write_record)
+
+# -----------------------------------------------------------------------------
+base = 'config/study_glue.py'  # the train.py config every arm starts from
+arms = 'original,symmetric,pairwise,hybrid,untrained'  # a comma list of ARMS (below)
+seeds = '2,3,4,5,6'  # paired pre-training seeds (seed 1 made the pilot)
+glue_dir = ''  # GLUE in the original layout (SST-2/, MRPC/, STS-B/, RTE/): needed to fine-tune, not to summarise
+tasks = 'sst2,mrpc,stsb,rte'  # GLUE-4: the plain mean of their per-task numbers (the paper's metrics)
+glue_seeds = '1,2,3'  # fine-tuning seeds per pre-trained model
+glue_args = ''  # the fine-tuning setting, finetune_glue.py arguments (docs/study_glue.md: fixed by the pilot)
+benchmark_seed = 2  # the pre-training seed whose snapshots are fine-tuned (fine-tuning seed 1) for Figure 3
+jobs = 2  # jobs at a time
+threads = 1  # torch threads per job (OMP_NUM_THREADS); 0 = torch's default
+out_dir = 'out/study_glue'  # the jobs' working folders: <out_dir>/<arm>_s<seed>
+records = 'assets/study_glue'  # the finished jobs' records
+summary = 'assets/study_glue.json'  # '' = none
+figures = 'assets/study_glue'  # output prefix of the figures; '' = none
+train = True  # False: run nothing; summarise the records there are (the missing ones are listed)
+# -----------------------------------------------------------------------------
+ARMS = {  # name: (legend label, train.py overrides of the base config)
+    'original': ('original', ['--attention_type=original']),
+    'symmetric': ('symmetric', ['--attention_type=symmetric']),
+    'pairwise': ('pairwise', ['--attention_type=pairwise']),
+    'hybrid': ('hybrid (original + additive, sub-LN)', ['--attention_type=hybrid', '--sub_ln=True']),
+    'untrained': ('original, untrained', ['--attention_type=original', '--max_iters=0']),  # GLUE only
+}
+BENCH_NAMES = {'hybrid': 'hybrid+sub_ln'}  # an arm's name in bench.py --attention_types, where it differs
+MARGIN = 1.0  # GLUE-4 points: an operator is "as good as" the original only if the 90% interval lies inside +-1
+CLAIM = 2.0  # HybridBERT's MLM accuracy ratio under a fixed budget
+REFERENCE = 'original'  # every arm is compared with it, paired by seed; Holm over the pre-trained arms per endpoint
+
+
+# ----------------------------------------------------------------------------- jobs and records
+def plan_jobs():
+    """[(kind, arm, seed, command, its working folder, its record)] in the order they run: seed-major, each model's
+    fine-tuning right after its pre-training, so that a partial study has whole (arm, seed) pairs."""
+    arm_list, seed_list = arms.split(','), seeds.split(',')
+    check('study_glue', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
+          (all(s.isdigit() for s in seed_list), "seeds must be a comma list of integers"),
+          (jobs >= 1 and threads >= 0, "jobs must be >= 1, threads >= 0"))
+    glue = [f'--tasks={tasks}', *glue_args.split()]
+    out = []
+    for sd in seed_list:
+        for arm in arm_list:
+            run, rec = os.path.join(out_dir, f"{arm}_s{sd}"), os.path.join(records, f"{arm}_s{sd}")
+            out.append(('pretrain', arm, sd, [base, *ARMS[arm][1], f'--seed={sd}'], run, rec + '.jsonl'))
+            out.append(('glue', arm, sd, [f'--init_from={run}/ckpt.pt', f'--seeds={glue_seeds}', *glue,
+                                          f'--out_dir={run}/glue'], run, rec + '.glue.json'))
+            if int(sd) == benchmark_seed and arm != 'untrained':
+                out.append(('benchmark', arm, sd, [f'--benchmark={run}', '--seeds=1', *glue,
+                                                   f'--out_dir={run}/benchmark'], run, rec + '.benchmark.json'))
+    return out
+
+
+def job_done(kind, cmd, rec):
+    """The job's record is there, and of these settings (another one is refused: nothing is overwritten)."""
+    if kind == 'pretrain':
+        r = read_record(rec)
+        if r and (changed := differ(r[0]['config'], cmd)):
+            raise SystemExit(f"study_glue: {rec} is a run of other settings ({', '.join(changed)}): move it away")
+        return r is not None
+    if not os.path.exists(rec):
+        return False
+    r = read_json(rec, 'study_glue record')
+    want = [f'--{k}={v}' for k, v in r.get('request', {}).items()]
+    if sorted(want) != sorted(a for a in cmd if not a.startswith(('--init_from', '--benchmark', '--out_dir'))):
+        raise SystemExit(f"study_glue: {rec} was made with other settings ({' '.join(want)}): move it away")
+    return True
+
+
+def command(kind, cmd, run):
+    """The job's command line: a pre-training resumes its checkpoint; fine-tuning needs the GLUE folder."""
+    if kind == 'pretrain':
+        return ['train.py', *cmd, f'--out_dir={run}'] + (['--init_from=resume'] if os.path.exists(
+            os.path.join(run, 'ckpt.pt')) else [])
+    check('study_glue', (glue_dir, "set --glue_dir=<GLUE folder> to fine-tune (SST-2/, MRPC/, STS-B/, RTE/ inside)"))
+    return ['finetune_glue.py', *cmd, f'--data_dir={glue_dir}']
+
+
+def write_glue_record(kind, cmd, run, rec):
+    """The fine-tuning results (glue_results.json or benchmark.json), the request that made them and where."""
+    src = os.path.join(run, 'glue', 'glue_results.json') if kind == 'glue' else os.path.join(run, 'benchmark',
+                                                                                             'benchmark.json')
+    res = read_json(src, 'GLUE results')
+    request = dict(a[2:].split('=', 1) for a in cmd if not a.startswith(('--init_from', '--benchmark', '--out_dir')))
+    head = {'request': request, 'torch': torch.__version__, 'cpu': cpu_name(), 'commit': code_commit(),
+            'date': datetime.date.today().isoformat()}
+    if kind == 'glue':
+        res = {'runs': res['runs'], 'protocol': {k: v for k, v in res['protocol'].items()
+                                                 if k not in ('init_from', 'data_dir')}}
+    else:
+        res = {'records': [{k: r[k] for k in ('step', 'score', 'numbers')} for r in res['records']],
+               'step_95': res['step_95'], 'final_score': res['final_score']}
+    write_json(rec, {**head, **res})
+
+
+def run_all(plan, u):
+    """Runs the jobs whose records are missing, `jobs` at a time, each once what it needs is recorded; writes each
+    record as its job ends."""
+    todo = [j for j in plan if not job_done(j[0], j[3], j[5])]
+    env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
+    running = {}
+    print(f"study_glue: {len(plan) - len(todo)} of {len(plan)} jobs recorded in {records}/; {len(todo)} to run, "
+          f"{jobs} at a time", flush=True)
+    try:
+        while todo or running:
+            ready = [j for j in todo if j[0] == 'pretrain' or os.path.exists(os.path.join(records,
+                                                                                         f"{j[1]}_s{j[2]}.jsonl"))]
+            while ready and len(running) < jobs:
+                job = ready.pop(0)
+                todo.remove(job)
+                kind, arm, sd, cmd, run, rec = job
+                os.makedirs(run, exist_ok=True)
+                with open(os.path.join(run, f'{kind}.txt'), 'a') as f:
+                    p = subprocess.Popen([sys.executable, *command(kind, cmd, run)], stdout=f,
+                                         stderr=subprocess.STDOUT, env=env)
+                running[rec] = (p, arm, sd, kind, cmd, run, time.time())
+                print(f"  started {kind} {arm}_s{sd}", flush=True)
+            if not running:
+                raise SystemExit("study_glue: the jobs left wait for pre-training records that are not there")
+            time.sleep(2)
+            for rec, (p, arm, sd, kind, cmd, run, t0) in list(running.items()):
+                if p.poll() is None:
+                    continue
+                del running[rec]
+                if p.returncode:
+                    with open(os.path.join(run, f'{kind}.txt')) as f:
+                        last = (f.read().strip().splitlines() or [''])[-1]
+                    raise SystemExit(f"study_glue: {kind} {arm}_s{sd} failed (exit {p.returncode}): {last}")
+                if kind == 'pretrain':
+                    write_record(rec, run, ' '.join(['python train.py', *cmd]), u)
+                else:
+                    write_glue_record(kind, cmd, run, rec)
+                print(f"  done {kind} {arm}_s{sd} in {(time.time() - t0) / 60:.1f} min: {rec}", flush=True)
+    except BaseException:  # Ctrl-C or a failed job: the others stop (train.py saves first)
+        for p, *_ in running.values():
+            p.send_signal(signal.SIGINT)
+        for p, *_ in running.values():
+            p.wait()
+        if sys.exc_info()[0] is KeyboardInterrupt:
+            raise SystemExit("study_glue: interrupted; the same command continues where it stopped")
+        raise
+
+
+# ----------------------------------------------------------------------------- the summary
+def glue4(rec):
+    """A model's GLUE-4: per fine-tuning seed the plain mean of its task numbers, then the mean over the seeds; and
+    the per-task means. None unless every task has every seed."""
+    want, runs = tasks.split(','), rec['runs']
+    seeds_ = glue_seeds.split(',')
+    if not all(sd in runs.get(t, {}) for t in want for sd in seeds_):
+        return None
+    per = lambda t, sd: np.mean([m['score'] for m in runs[t][sd]['dev'].values()])
+    return {'score': float(np.mean([np.mean([per(t, sd) for t in want]) for sd in seeds_])),
+            'tasks': {t: float(np.mean([per(t, sd) for sd in seeds_])) for t in want}}
+
+
+def compare(values, arm, ref=REFERENCE, log=False):
+    """Paired comparison arm - ref over the seeds both have: mean difference (of logs: a ratio) with its 95%
+    t-interval, the t-test and the exact sign-flip p."""
+    both = sorted((sd for sd in set(values.get(arm, {})) & set(values.get(ref, {}))
+                   if values[arm][sd] is not None and values[ref][sd] is not None), key=int)
+    if len(both) < 2 or (log and min(min(values[arm][sd], values[ref][sd]) for sd in both) <= 0):
+        return None
+    f = np.log if log else (lambda x: x)
+    d = [float(f(values[arm][sd]) - f(values[ref][sd])) for sd in both]
+    mean, ci, p = paired_t(d)
+    g = np.exp if log else (lambda x: x)
+    return {'arm': arm, 'reference': ref, 'n': len(both), 'seeds': both, 'mean': float(g(mean)),
+            'ci95': [float(g(ci[0])), float(g(ci[1]))], 'p_t': float(p), 'p_sign_flip': sign_flip_p(d),
+            'per_seed': dict(zip(both, d))}
+
+
+def time_matched_step(arm, step_ms, cap):
+    """The step at which `arm` has spent the time the fastest pre-trained arm needs for `cap` steps (each arm's
+    ms/step from one quiet bench.py run)."""
+    fastest = min(step_ms[a] for a in step_ms if a in ARMS and a != 'untrained')
+    return cap * fastest / step_ms[arm]
+
+
+def interpolate(evals, step, key):
+    """The eval record's `key` at `step`, linear between the evals around it (None outside the evals)."""
+    pts = [(r['step'], r[key]) for r in evals]
+    for (s0, v0), (s1, v1) in zip(pts, pts[1:]):
+        if s0 <= step <= s1:
+            return v0 + (v1 - v0) * (step - s0) / (s1 - s0)
+    return next((v for s_, v in pts if s_ == step), None)
+
+
+def summarize(pre, glue, bench, step_ms, cap):
+    """pre: {arm: {seed: evals}}; glue: {arm: {seed: glue record}}; bench: {arm: benchmark record} -> the summary."""
+    at = lambda evals, step, key: next((r[key] for r in evals if r['step'] == step), None)
+    trained = [a for a in pre if a != 'untrained']
+    acc = {a: {sd: at(e, cap, 'accuracy') for sd, e in pre[a].items()} for a in trained}
+    out = {'cap': cap, 'per_arm': {}, 'comparisons': [], 'step_ms': step_ms or None, 'benchmark': {}}
+    endpoints = {'mlm_accuracy_at_cap': acc}
+    if step_ms and all(a in step_ms for a in trained):
+        steps = {a: time_matched_step(a, step_ms, cap) for a in trained}
+        endpoints['mlm_accuracy_at_equal_time'] = {a: {sd: interpolate(e, steps[a], 'accuracy')
+                                                       for sd, e in pre[a].items()} for a in trained}
+        out['time_matched_steps'] = steps
+    g4 = {a: {sd: s['score'] for sd, r in rs.items() if (s := glue4(r))} for a, rs in glue.items()}
+    endpoints['glue4'] = g4
+    for a in pre:
+        out['per_arm'][a] = {'seeds': sorted(pre[a], key=int),
+                             'mlm_loss_at_cap': {sd: at(e, cap, 'loss') for sd, e in pre[a].items()},
+                             'mlm_accuracy_at_cap': acc.get(a), 'glue4': g4.get(a) or None,
+                             'glue4_tasks': {sd: s['tasks'] for sd, r in glue.get(a, {}).items() if (s := glue4(r))}}
+    for endpoint, values in endpoints.items():
+        family = [c for a in trained if a != REFERENCE and (c := compare(values, a, log=endpoint != 'glue4'))]
+        for c, p in zip(family, holm([c['p_t'] for c in family])):
+            out['comparisons'].append({'endpoint': endpoint, **c, 'p_holm': p})
+    for c in out['comparisons']:
+        if c['endpoint'] == 'glue4' and c['n'] >= 2:  # equivalence within the margin fixed before the runs
+            ci, p = tost(list(c['per_seed'].values()), MARGIN)
+            c['tost'] = {'margin': MARGIN, 'ci90': [float(ci[0]), float(ci[1])], 'p': float(p),
+                         'shown': bool(-MARGIN < ci[0] and ci[1] < MARGIN)}
+        if c['arm'] == 'hybrid' and c['endpoint'].startswith('mlm_accuracy'):  # HybridBERT's "2x", decided by the CI
+            lo, hi = c['ci95']
+            c['claim_2x'] = 'holds' if lo > 1 and hi >= CLAIM else 'rejected' if hi < CLAIM else 'undetermined'
+    if (c := compare(g4, 'untrained')) is not None:  # what pre-training bought: outside the family
+        out['comparisons'].append({'endpoint': 'glue4', **c, 'p_holm': None})
+    for a, r in bench.items():
+        out['benchmark'][a] = {'steps': [x['step'] for x in r['records']], 'glue4': [x['score'] for x in r['records']],
+                               'step_95': r['step_95']}
+    return out
+
+
+def report(s):
+    """The summary as Markdown tables (docs/study_glue.md pastes them)."""
+    print(f"\n| arm | seeds | MLM accuracy at step {s['cap']} | GLUE-4 |\n|---|---|---|---|")
+    for a, p in s['per_arm'].items():
+        ms = lambda v: f"{np.mean(v):.4f} (sd {np.std(v, ddof=1):.4f})" if len(v) > 1 else '-'
+        print(f"| {ARMS[a][0]} | {len(p['seeds'])} | {ms([x for x in (p['mlm_accuracy_at_cap'] or {}).values()])} | "
+              f"{ms(list((p['glue4'] or {}).values()))} |")
+    print("\n*arm vs original, paired by seed: accuracy as a ratio, GLUE-4 as a difference (points); mean [95% "
+          f"t-interval]; p: paired t, exact sign-flip, Holm over the three operators; GLUE-4: equivalence (TOST, "
+          f"90% interval inside +-{MARGIN:g}); hybrid: HybridBERT's {CLAIM:g}x*\n\n| endpoint | arm | n | mean "
+          "[95% CI] | p (t) | p (sign-flip) | p (Holm) | equivalence or 2x |\n|---|---|---|---|---|---|---|---|")
+    for c in s['comparisons']:
+        fmt = (lambda x: f"{x:+.2f}") if c['endpoint'] == 'glue4' else (lambda x: f"{x:.3f}x")
+        holm_p = f"{c['p_holm']:.3g}" if c['p_holm'] is not None else 'outside the family'
+        print(f"| {c['endpoint']} | {ARMS[c['arm']][0]} | {c['n']} | {fmt(c['mean'])} [{fmt(c['ci95'][0])}, "
+              f"{fmt(c['ci95'][1])}] | {c['p_t']:.3g} | {c['p_sign_flip']:.3g} | {holm_p} | " +
+              (f"{'shown' if c['tost']['shown'] else 'not shown'} [{c['tost']['ci90'][0]:+.2f}, "
+               f"{c['tost']['ci90'][1]:+.2f}]" if 'tost' in c else f"2x {c['claim_2x']}" if 'claim_2x' in c else '-')
+              + " |")
+    for a, b in s['benchmark'].items():
+        print(f"Figure 3, {ARMS[a][0]} (seed {benchmark_seed}): GLUE-4 " + ', '.join(
+            f"{st}: {g:.2f}" for st, g in zip(b['steps'], b['glue4'])) + f"; 95% of the final at step {b['step_95']}")
+
+
+def figure(pre, s, path):
+    """MLM accuracy against step per arm (mean over seeds, thin lines per seed), and GLUE-4 against step (Figure 3)."""
+    plt = plot.pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.8), dpi=150)
+    for i, (a, rs) in enumerate((a, rs) for a, rs in pre.items() if a != 'untrained'):
+        for e in rs.values():
+            ax.plot([r['step'] for r in e], [r['accuracy'] for r in e], color=f"C{i}", lw=0.5, alpha=0.4)
+        steps = [r['step'] for r in next(iter(rs.values()))]
+        ax.plot(steps, np.mean([[r['accuracy'] for r in e] for e in rs.values()], 0), color=f"C{i}",
+                label=f"{ARMS[a][0]} ({len(rs)} seeds)")
+        if a in s['benchmark']:
+            b = s['benchmark'][a]
+            bx.plot(b['steps'], b['glue4'], 'o-', color=f"C{i}", label=ARMS[a][0])
+    ax.set(xlabel='step', ylabel='MLM accuracy (eval set)', title='Pre-training')
+    bx.set(xlabel='pre-training step', ylabel='GLUE-4 (dev)', title=f'Checkpoint benchmark (seed {benchmark_seed})')
+    for x in (ax, bx):
+        x.grid(alpha=0.3)
+        x.legend(fontsize=7)
+    plot.save(fig, path)
+    plt.close(fig)
+
+
+def main():
+    base_cfg = read_file(base)
+    cap = base_cfg['max_iters']
+    plan = plan_jobs()
+    if train:
+        u = unigram_loss(dataset_dir(base_cfg['dataset']), base_cfg['block_size'], base_cfg['batch_size'],
+                         base_cfg['eval_iters'])
+        run_all(plan, u)
+    pre, glue, bench, missing = {}, {}, {}, []
+    for kind, arm, sd, cmd, run, rec in plan:
+        if not job_done(kind, cmd, rec):
+            missing.append(f"{kind} {arm}_s{sd}")
+        elif kind == 'pretrain':
+            pre.setdefault(arm, {})[sd] = read_record(rec)[1]
+        elif kind == 'glue':
+            glue.setdefault(arm, {})[sd] = read_json(rec, 'study_glue record')
+        else:
+            bench[arm] = read_json(rec, 'study_glue record')
+    print(f"study_glue: {len(plan) - len(missing)} of {len(plan)} jobs recorded" +
+          (f"; not yet run: {', '.join(missing)}" if missing else ", every job of the plan"))
+    check('study_glue', (pre, f"no finished run recorded in {records}/: run the study with --train=True"))
+    times = os.path.join(records, 'step_times.json')  # bench.py --json=... of the arms, one quiet run
+    raw = read_json(times, 'step times')['ms_per_step'] if os.path.exists(times) else {}
+    step_ms = {a: raw[BENCH_NAMES.get(a, a)] for a in ARMS if BENCH_NAMES.get(a, a) in raw}
+    s = summarize(pre, glue, bench, step_ms, cap)
+    s['missing'] = missing
+    report(s)
+    if summary:
+        write_json(summary, s)
+    if figures:
+        figure(pre, s, figures)
+
+
+if __name__ == '__main__':
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the jobs save, then stop too
+    configure(globals())
+    main()
