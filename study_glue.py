@@ -39,7 +39,8 @@ seeds = '2,3,4,5,6'  # paired pre-training seeds (seed 1 made the pilot)
 glue_dir = ''  # GLUE in the original layout (SST-2/, MRPC/, STS-B/, RTE/): needed to fine-tune, not to summarise
 tasks = 'sst2,mrpc,stsb,rte'  # GLUE-4: the plain mean of their per-task numbers (the paper's metrics)
 glue_seeds = '1,2,3'  # fine-tuning seeds per pre-trained model
-glue_args = ''  # the fine-tuning setting, finetune_glue.py arguments (docs/study_glue.md: fixed by the pilot)
+glue_args = '--learning_rate=1e-4 --max_train_samples=10000 --dtype=float32'  # the fine-tuning setting the pilot
+                                                                               # fixed (docs/study_glue.md)
 benchmark_seed = 2  # the pre-training seed whose snapshots are fine-tuned (fine-tuning seed 1) for Figure 3
 jobs = 2  # jobs at a time
 threads = 1  # torch threads per job (OMP_NUM_THREADS); 0 = torch's default
