@@ -72,12 +72,10 @@ def check_ids(tokens, vocab_size, where):
                          "with prepare_oscar.py ... --overwrite=True")
 
 
-def fingerprint(data_dir, val):
-    """What makes a dataset the same data, cheap on any size: meta.json, all of val.bin (the eval set, small) and
-    train.bin's size with 16 evenly spaced 64 KiB samples of it (never the whole multi-GB file)."""
-    h = hashlib.sha256()
-    with open(os.path.join(data_dir, "meta.json"), "rb") as f:
-        h.update(f.read())
+def fingerprint(data_dir, meta, val):
+    """What makes a dataset the same data, cheap on any size: meta.json's content (not its layout), all of val.bin
+    (the eval set, small) and train.bin's size with 16 evenly spaced 64 KiB samples of it (never the whole file)."""
+    h = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
     h.update(memoryview(np.ascontiguousarray(val)).cast("B"))
     path = os.path.join(data_dir, "train.bin")
     size = os.path.getsize(path)
@@ -108,7 +106,7 @@ class PretrainingData:
                              f"or use a batch_size <= {len(self.train)}")
         self.orders = {}  # the permutation of the train blocks of the current epochs
         try:
-            self.fingerprint = fingerprint(self.dir, self.val)  # saved with the run: a resume checks its data
+            self.fingerprint = fingerprint(self.dir, self.meta, self.val)  # saved with the run: a resume checks its data
         except OSError as e:
             raise SystemExit(f"train: cannot read {self.dir} ({oneline(e)})")
 

@@ -456,9 +456,9 @@ def settings(config):
           (re.fullmatch(r'\d{1,9}(,\d{1,9})*', s.seeds), f"seeds must be a comma list of integers below 10**9, got "
                                                         f"{s.seeds!r}"),
           (min(s.epochs, s.batch_size, s.max_seq_len, s.eval_batch_size, s.snapshot_every) >= 1 and s.learning_rate > 0
-           and 0 <= s.warmup_ratio <= 1 and s.weight_decay >= 0 and s.grad_clip >= 0,
+           and 0 <= s.warmup_ratio <= 1 and min(s.weight_decay, s.grad_clip, s.max_train_samples) >= 0,
            "epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be >= 1, learning_rate > 0, "
-           "warmup_ratio in [0, 1], weight_decay and grad_clip >= 0"),
+           "warmup_ratio in [0, 1], weight_decay, grad_clip and max_train_samples >= 0"),
           (s.benchmark or s.init_from, "set --init_from=<checkpoint> or --benchmark=<train.py out_dir>"))
     s.seed_list = [int(x) for x in s.seeds.split(',')]
     missing = [p for t in s.task_list for p in tsv_files(t, s.data_dir).values() if s.data_dir and not os.path.isfile(p)]

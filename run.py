@@ -210,15 +210,20 @@ def open_run(out_dir, config, given):
       config file or --key=value) is the run's own, its precision too (config is updated in place); `changed` lists
       the given ones that make it another run (not an exact continuation). Asking for another model is an error.
     - a new run: ckpt is None. The same run, finished, is nothing to do (NothingToDo); any other run there is never
-      touched (an error)."""
+      touched (an error). A folder with nothing saved of this run yet (empty, or this run's log.jsonl alone) starts
+      it, whether asked to start or to resume."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     model_keys = [f.name for f in dataclasses.fields(BertConfig) if f.name in config]
     head = log_head(os.path.join(out_dir, "log.jsonl"))  # the run this folder's log belongs to (None: unknown)
-    if not os.path.exists(ckpt_path) and head and not run_changes(head.get("config", {}), config):
-        # this run, killed (or diverged) before its first save: it starts again, whether asked to start or to resume
-        print(f"{out_dir} holds this run's log but no checkpoint (it saved nothing): starting it from step 0",
-              flush=True)
-        config["init_from"] = "scratch"
+    snapshots = os.path.join(out_dir, "snapshots")
+    found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
+    found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
+    if "ckpt.pt" not in found and (not found or head and not run_changes(head["config"], config)):
+        # nothing saved yet: an empty folder, or this run killed (or diverged) before its first save. It starts from
+        # step 0, asked to start or to resume, so that a requeued job goes on with the same command
+        if config["init_from"] == "resume" or found:
+            print(f"{out_dir} holds no checkpoint of this run yet (nothing saved): starting it from step 0", flush=True)
+        config["init_from"], found = "scratch", []
     if config["init_from"] == "resume":
         ckpt = load_checkpoint(ckpt_path, resume=True)
         if head and (head.get("run_id") != ckpt["run_id"] if ckpt.get("run_id") else  # an old checkpoint: its settings
@@ -237,20 +242,19 @@ def open_run(out_dir, config, given):
             raise SystemExit(f"train: resuming {ckpt_path}, but the settings ask for another model: {', '.join(clash)}."
                              " Drop them to resume, or start a new out_dir")
         return ckpt, model_args, sorted(run_changes(ckpt["config"], config))
-    snapshots = os.path.join(out_dir, "snapshots")
-    found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
-    found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
-    found = found if "ckpt.pt" in found or not head or run_changes(head.get("config", {}), config) else []
     if "ckpt.pt" in found:
         try:
             old = load_checkpoint(ckpt_path, resume=True)
         except SystemExit:  # not even readable: certainly not this run (refused below, nothing touched)
             old = None
-        if old and not run_changes(old["config"], config) and is_finished(old, config):
-            further = "--init_from=resume" + (" --target_loss=0" if old["iter_num"] < config["max_iters"] else
-                                              " and a higher --max_iters")
-            raise NothingToDo(f"{out_dir} already holds this run, finished at step {old['iter_num']}: nothing to do. "
-                              f"To train it further: {further}; a new run: another --out_dir")
+        if old and not run_changes(old["config"], config):
+            if is_finished(old, config):
+                further = "--init_from=resume" + (" --target_loss=0" if old["iter_num"] < config["max_iters"] else
+                                                  " and a higher --max_iters")
+                raise NothingToDo(f"{out_dir} already holds this run, finished at step {old['iter_num']}: nothing to "
+                                  f"do. To train it further: {further}; a new run: another --out_dir")
+            raise SystemExit(f"train: {out_dir} holds this run, saved at step {old['iter_num']}: continue it with "
+                             "--init_from=resume (a new start would overwrite it), or choose another out_dir")
     if found:
         raise SystemExit(f"train: {out_dir} holds another run ({', '.join(found)}): continue it with "
                          "--init_from=resume, or choose another out_dir (nothing is overwritten)")

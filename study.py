@@ -307,6 +307,7 @@ def plan_runs():
     check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
           (all(s.isdigit() for s in seeds.split(',')) if seeds else True, "seeds must be a comma list of integers"),
           (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
+          (records.strip() and out_dir.strip(), "records and out_dir must name folders (an unset shell variable?)"),
           )
     plan = []
     for arm in arm_list:

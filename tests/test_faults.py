@@ -102,12 +102,14 @@ def test_12_a_run_that_saved_nothing_starts_again(data_dir, tmp_path):
     run_train(*args)
     os.remove(os.path.join(out, "ckpt.pt"))  # as if killed before its first save: its log.jsonl only
     p = run_train(*args)  # a requeued job, the same command
-    assert "holds this run's log but no checkpoint (it saved nothing): starting it from step 0" in p.stdout
+    assert "holds no checkpoint of this run yet (nothing saved): starting it from step 0" in p.stdout
     assert [r["step"] for r in read_log(out, "eval")] == [0, 2]  # one history, not two
     os.remove(os.path.join(out, "ckpt.pt"))
     assert "starting it from step 0" in run_train(*args, "--init_from=resume").stdout
     os.remove(os.path.join(out, "ckpt.pt"))
     one_line_error(run_train(*args, "--seed=9", check=False), "holds another run (log.jsonl)")  # not this run's
+    empty = [*TINY, f"--dataset={data_dir}", f"--out_dir={tmp_path}/new", "--max_iters=2", "--init_from=resume"]
+    assert "starting it from step 0" in run_train(*empty).stdout  # a requeued resume that never started
 
 
 # ---- 5: a resume on other data is refused ------------------------------------------------------------------
