@@ -63,7 +63,7 @@ def load_checkpoint(path, resume=False):
         raise Unreadable(f"no checkpoint at {path}")
     except Exception as e:  # torch's own advice (weights_only=False) is wrong for a damaged file, unsafe for a foreign one
         why = "damaged, or not a torch.save file of tensors and plain data" if isinstance(e, pickle.UnpicklingError) \
-            else oneline(e).split(". ")[0]
+            else "empty or cut short" if isinstance(e, EOFError) else oneline(e).split(". ")[0]
         raise Unreadable(f"{path} is not a readable checkpoint ({why})")
     if not isinstance(ck, dict) or not {"model", "model_args", "iter_num"} <= ck.keys():
         raise Unreadable(f"{path} is not a train.py checkpoint (it needs model, model_args and iter_num)")

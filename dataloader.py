@@ -15,6 +15,8 @@ from configurator import oneline
 
 def dataset_dir(dataset):
     """A dataset's folder: a name under data/ (as prepare_oscar.py makes it), or a path."""
+    if not dataset.strip():
+        raise SystemExit("the dataset setting is empty (an unset shell variable?): name one, e.g. --dataset=builtin")
     return dataset if os.sep in dataset else os.path.join("data", dataset)
 
 

@@ -273,3 +273,32 @@ def test_13_a_benchmark_scores_the_readable_snapshots_and_names_the_other(tmp_pa
     assert "1 unreadable checkpoint(s) skipped" in p.stderr and "ckpt_0000200.pt" in p.stderr
     b = json.loads((tmp_path / "bench" / "benchmark.json").read_text())
     assert [r["step"] for r in b["records"]] == [100, 300]
+
+
+# ---- compatibility: a checkpoint and a log made before run ids and data fingerprints still resume ---------------
+def test_an_old_checkpoint_and_log_without_run_id_still_resume(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2", "--eval_interval=2")
+    ck = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
+    del ck["run_id"], ck["data"]
+    torch.save(ck, os.path.join(out, "ckpt.pt"))
+    path = os.path.join(out, "log.jsonl")
+    lines = open(path).readlines()[1:]  # without the run record
+    open(path, "w").writelines(lines)
+    p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4")
+    assert "predates data fingerprints: its data cannot be checked" in p.stdout
+    head = json.loads(open(path).readline())
+    assert head["type"] == "run" and head["run_id"] == torch.load(os.path.join(out, "ckpt.pt"))["run_id"]
+    assert open(path).readlines()[1:len(lines) + 1] == lines  # the old history kept, the run record on top
+
+
+# ---- what a fresh battery of a new user's cases found ----------------------------------------------------------
+def test_new_cases_empty_names_a_negative_sample_cap_and_an_empty_checkpoint(tmp_path):
+    one_line_error(run_script("finetune_glue.py", f"--init_from={tmp_path}/m.pt", "--max_train_samples=-5",
+                              "--device=cpu"), "max_train_samples >= 0")  # a negative cap dropped the last rows
+    one_line_error(run_script("study.py", "--records=", "--train=False"), "records and out_dir must name folders")
+    with pytest.raises(SystemExit, match="the dataset setting is empty"):
+        dataloader.dataset_dir("")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(SystemExit, match=r"not a readable checkpoint \(empty or cut short\)"):
+        checkpoint.load_checkpoint(str(tmp_path / "empty.pt"))
