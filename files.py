@@ -48,9 +48,10 @@ def read_json(path, what):
 
 def remove_stale_temporaries(path, names):
     """The one owner of what may be deleted behind a user's back: the temporaries `<name>.tmp.<pid>` that
-    atomic_write left in path when its process was killed, for the exact file names given (a str or a compiled
-    pattern, e.g. run.py's ckpt.pt, log.jsonl, snapshots/ckpt_<step>.pt), of processes no longer alive here. Any
-    other file, a user's `results.tmp.2` too, is never touched. Call it only while holding path's lock."""
+    atomic_write left in path when its process was killed, for the file names its caller writes (regular
+    expressions matched in full: run.py's ckpt\\.pt, log\\.jsonl, ckpt_\\d+\\.pt in snapshots/), of processes no
+    longer alive here. Any other file, a user's `results.tmp.2` too, is never touched. Call it only while holding
+    path's lock."""
     for name in sorted(os.listdir(path)) if os.path.isdir(path) else []:
         base, dot, pid = name.rpartition(".tmp.")
         if dot and pid.isdigit() and any(re.fullmatch(n, base) for n in names) and not alive(int(pid)):
@@ -61,15 +62,13 @@ def remove_stale_temporaries(path, names):
 
 
 def alive(pid):
-    """A process of this id runs on this machine (pid 0 and our own count as alive: never a dead writer)."""
-    if pid in (0, os.getpid()):
-        return True
+    """A process of this id runs on this machine (another user's too; pid 0 and our own count as alive)."""
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0) if pid not in (0, os.getpid()) else None
     except ProcessLookupError:
         return False
-    except OSError:  # another user's process
-        return True
+    except OSError:  # not ours to signal: alive
+        pass
     return True
 
 

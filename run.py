@@ -289,20 +289,18 @@ def open_log(path, head, resume_step=None, also=None):
     if resume_step is not None and os.path.exists(path):
         try:
             with open(path, "rb") as f:
-                lines = f.read().splitlines(keepends=True)
+                lines = [raw + b"\n" for raw in f.read().splitlines()]
         except OSError as e:
             raise SystemExit(f"train: cannot read {path} ({e.strerror or e})")
         records, pending = [], []
         for raw in lines:
             try:
-                r = json.loads(raw)
-                step = r["step"]
+                step = json.loads(raw)["step"]
             except (ValueError, KeyError, TypeError):
-                pending.append(raw if raw.endswith(b"\n") else raw + b"\n")
+                pending.append(raw)
                 continue
             if isinstance(step, int) and step <= resume_step:
-                records += pending + [raw]
-                pending = []
+                records, pending = records + pending + [raw], []
         kept = records if log_head(path) else kept + records
     atomic_write(path, lambda f: f.writelines(kept))
     try:
