@@ -2,6 +2,7 @@
 Checkpoints, written whole (files.atomic_write) and read back checked: readable, a model that fits its model_args,
 finite weights, and for a resume the optimizer state. Every problem a user can cause is one line (SystemExit).
 """
+import pickle
 import warnings
 
 import torch
@@ -17,15 +18,37 @@ def all_finite(tensors):
     return bool(torch.stack(flags).all()) if flags else True
 
 
+class Unreadable(SystemExit):
+    """A checkpoint refused by load_checkpoint (one line): a caller that can go on without it (a benchmark over
+    many snapshots) catches this, not every SystemExit."""
+
+
 def save_checkpoint(obj, path):
-    def write(f):
-        try:
-            torch.save(obj, f)
-        except RuntimeError as e:  # torch's writer reports a full disk as a RuntimeError: one line, as for OSError
-            if "writ" in str(e) and "fail" in str(e):
-                raise OSError(f"the write failed (a full disk?): {oneline(e)[:120]}") from None
-            raise
-    atomic_write(path, write)
+    atomic_write(path, lambda f: torch_save(obj, f))
+
+
+def torch_save(obj, f):
+    """torch.save to the open file f. A failed write (a full disk, a file size limit) reaches torch's zip writer as
+    an OSError that it reports in words of its own (`unexpected pos 704 vs 598`): the OSError itself is raised
+    instead, which atomic_write turns into one line."""
+    failed = []
+
+    class Writer:  # f, noting the error of a failed write
+        def write(self, b):
+            try:
+                return f.write(b)
+            except OSError as e:
+                failed.append(e)
+                raise
+
+        def flush(self):
+            return f.flush()
+    try:
+        torch.save(obj, Writer())
+    except RuntimeError:
+        if failed:
+            raise failed[0] from None
+        raise
 
 
 def load_checkpoint(path, resume=False):
@@ -37,11 +60,13 @@ def load_checkpoint(path, resume=False):
             warnings.simplefilter("ignore")
             ck = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
-        raise SystemExit(f"no checkpoint at {path}")
-    except Exception as e:
-        raise SystemExit(f"{path} is not a readable checkpoint ({oneline(e)})")
+        raise Unreadable(f"no checkpoint at {path}")
+    except Exception as e:  # torch's own advice (weights_only=False) is wrong for a damaged file, unsafe for a foreign one
+        why = "damaged, or not a torch.save file of tensors and plain data" if isinstance(e, pickle.UnpicklingError) \
+            else "empty or cut short" if isinstance(e, EOFError) else oneline(e).split(". ")[0]
+        raise Unreadable(f"{path} is not a readable checkpoint ({why})")
     if not isinstance(ck, dict) or not {"model", "model_args", "iter_num"} <= ck.keys():
-        raise SystemExit(f"{path} is not a train.py checkpoint (it needs model, model_args and iter_num)")
+        raise Unreadable(f"{path} is not a train.py checkpoint (it needs model, model_args and iter_num)")
     try:
         with torch.device("meta"):  # shapes only: no memory, no init
             cfg = BertConfig(**ck["model_args"])
@@ -50,10 +75,10 @@ def load_checkpoint(path, resume=False):
         if want != {k: v.shape for k, v in ck["model"].items()}:
             raise ValueError("the weights do not fit its model_args")
     except (TypeError, ValueError, AttributeError) as e:
-        raise SystemExit(f"{path}: {oneline(e)}")
+        raise Unreadable(f"{path}: {oneline(e)}")
     if not all_finite(ck["model"].values()):
-        raise SystemExit(f"{path} holds non-finite (NaN/inf) weights: use an earlier snapshot")
+        raise Unreadable(f"{path} holds non-finite (NaN/inf) weights: use an earlier snapshot")
     if resume and not {"optimizer", "rng", "config"} <= ck.keys():
-        raise SystemExit(f"{path} is a model-only snapshot: it cannot be resumed (no optimizer state), but it can be "
+        raise Unreadable(f"{path} is a model-only snapshot: it cannot be resumed (no optimizer state), but it can be "
                          "fine-tuned (finetune_glue.py --init_from=) or exported (export_hf.py --init_from=)")
     return ck

@@ -7,12 +7,14 @@ nanoGPT-style configuration. A script defines its defaults as plain globals, the
 which runs every config file named on the command line over those globals (plain Python assignments,
 e.g. config/base_pair.py), then applies `--key=value` overrides (`--key` alone: True, for a True/False key).
 Values are parsed with ast.literal_eval and must match the default's type (an int is accepted where a float is
-expected); a key whose default is a string takes the text as it is. Unknown keys and wrong types stop with a one-line message.
+expected); a key whose default is a string takes the text as it is. Unknown keys, wrong types (a config file's
+pathlib.Path or np.int64 too) and non-finite numbers stop with a one-line message.
 `--help` (or -h) prints every key with its default and the comment written beside it in the script, then exits.
 Every failure a user can cause ends in one line (SystemExit) that says what to do: `check` and `oneline` help.
 """
 import ast
 import io
+import math
 import os
 import sys
 import tokenize
@@ -25,7 +27,9 @@ def _check(key, value, defaults, where):
         known = ", ".join(sorted(defaults))
         raise SystemExit(f"config: unknown key '{key}' in {where} (known keys: {known})")
     default = defaults[key]
-    if default is None or type(value) is type(default):
+    if isinstance(value, float) and not math.isfinite(value):  # 1e999 parses as inf: no setting takes it
+        raise SystemExit(f"config: {where}: '{key}' must be a finite number, got {value!r}")
+    if default is None and isinstance(value, SIMPLE) or type(value) is type(default):
         return value
     if isinstance(default, float) and type(value) is int:
         return float(value)
@@ -95,7 +99,7 @@ def script_defaults(path):
 def read_file(path):
     """The settings a config file assigns (plain Python, run with an empty namespace)."""
     try:
-        with open(path) as f:
+        with open(path, "rb") as f:
             source = f.read()
     except OSError as e:
         raise SystemExit(f"config: cannot read config file {path}: {e.strerror}")
@@ -104,7 +108,7 @@ def read_file(path):
         exec(compile(source, path, "exec"), {}, values)
     except Exception as e:
         raise SystemExit(f"config: error in config file {path}: {type(e).__name__}: {e}")
-    return {k: v for k, v in values.items() if not k.startswith("_") and isinstance(v, SIMPLE)}
+    return {k: v for k, v in values.items() if not k.startswith("_")}
 
 
 def configure(g, argv=None, given=None):
@@ -124,8 +128,9 @@ def configure(g, argv=None, given=None):
     for arg in argv:
         if not arg.startswith("--"):  # a config file
             for k, v in read_file(arg).items():
-                g[k] = _check(k, v, defaults, arg)
-                given.add(k)
+                if k in defaults or isinstance(v, SIMPLE):  # a setting's value that is no plain literal (pathlib.Path,
+                    g[k] = _check(k, v, defaults, arg)  # np.int64) is refused, never dropped; other names (imported
+                    given.add(k)  # modules, helper functions) are the file's own
         else:
             key, eq, text = arg[2:].partition("=")
             if not eq and isinstance(defaults.get(key), bool):

@@ -3,6 +3,7 @@ The data a model sees in pre-training: a prepare_oscar.py dataset read and check
 BERT's masking. A batch depends on (seed, micro-batch index) alone, so a run is reproducible and resumable to the
 bit whatever the number of processes.
 """
+import hashlib
 import json
 import os
 
@@ -14,43 +15,78 @@ from configurator import oneline
 
 def dataset_dir(dataset):
     """A dataset's folder: a name under data/ (as prepare_oscar.py makes it), or a path."""
+    if not dataset.strip():
+        raise SystemExit("the dataset setting is empty (an unset shell variable?): name one, e.g. --dataset=builtin")
     return dataset if os.sep in dataset else os.path.join("data", dataset)
 
 
 def load_dataset(data_dir, vocab_size, block_size):
     """(train, val, meta) of a prepare_oscar.py dataset: (N, block_size) uint16 memmaps, after checking every number
-    the run relies on (meta.json, the model's vocab_size unless None, the files' sizes) before any compute. Any
-    problem: one line."""
+    the run relies on (meta.json's types and ranges, the model's vocab_size unless None, the files' sizes, every
+    token id of val.bin) before any compute. train.bin's ids are checked as each batch is drawn (check_ids): a
+    full scan of a multi-GB file on every start would cost minutes. Any problem: one line."""
     path = os.path.join(data_dir, "meta.json")
     if not os.path.exists(path):
         raise SystemExit(f"no dataset in {data_dir}: make it with `python prepare_oscar.py --source=... "
                          f"--out_dir={data_dir}` (the built-in corpus: `python prepare_oscar.py`)")
     rebuild = "rebuild it with prepare_oscar.py ... --overwrite=True"
     try:
-        with open(path) as f:
-            meta = json.load(f)
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        with open(path, "rb") as f:
+            meta = json.loads(f.read())
+    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
         raise SystemExit(f"cannot read dataset metadata {path} ({oneline(e)}); {rebuild}")
-    try:
-        meta["special"]["mask"], min(meta["special"].values())
-        if meta["vocab_size"] != (vocab_size or meta["vocab_size"]) or meta["block_size"] % block_size:
-            raise SystemExit(f"{data_dir} was made for vocab_size {meta['vocab_size']} and blocks of "
-                             f"{meta['block_size']}; the model has vocab_size {vocab_size} and block_size {block_size}, "
-                             "which must divide the dataset's block size")
-        data = []
-        for split in ("train", "val"):
-            file, want = os.path.join(data_dir, f"{split}.bin"), meta[f"{split}_blocks"] * meta["block_size"] * 2
-            size = os.path.getsize(file) if os.path.exists(file) else None
-            if meta.get("dtype", "uint16") != "uint16":
-                raise SystemExit(f"{path} says dtype {meta['dtype']!r}; train.py reads uint16 token ids: {rebuild}")
-            if size != want or want == 0:
-                raise SystemExit(f"{file} {'is missing' if size is None else f'has {size} bytes'}, meta.json says "
-                                 f"{want} bytes ({meta[f'{split}_blocks']} blocks of {meta['block_size']} uint16 "
-                                 f"tokens): the dataset is incomplete or corrupt; {rebuild}")
+    count = lambda v, low=1, high=2 ** 63: type(v) is int and low <= v < high
+    special = meta.get("special") if isinstance(meta, dict) else None
+    if not (isinstance(meta, dict) and count(meta.get("vocab_size"), 2, 2 ** 16 + 1) and count(meta.get("block_size"))
+            and count(meta.get("train_blocks")) and count(meta.get("val_blocks")) and isinstance(special, dict)
+            and "mask" in special and all(count(v, 1, meta["vocab_size"]) for v in special.values())):
+        raise SystemExit(f"{path} is incomplete or corrupt (it needs vocab_size <= 65536, block_size, train_blocks "
+                         f"and val_blocks as whole numbers >= 1, special ids with a mask, each in [1, vocab_size)); "
+                         f"{rebuild}")
+    if meta["vocab_size"] != (vocab_size or meta["vocab_size"]) or meta["block_size"] % block_size:
+        raise SystemExit(f"{data_dir} was made for vocab_size {meta['vocab_size']} and blocks of "
+                         f"{meta['block_size']}; the model has vocab_size {vocab_size} and block_size {block_size}, "
+                         "which must divide the dataset's block size")
+    if meta.get("dtype", "uint16") != "uint16":
+        raise SystemExit(f"{path} says dtype {meta['dtype']!r}; train.py reads uint16 token ids: {rebuild}")
+    data = []
+    for split in ("train", "val"):
+        file, want = os.path.join(data_dir, f"{split}.bin"), meta[f"{split}_blocks"] * meta["block_size"] * 2
+        size = os.path.getsize(file) if os.path.exists(file) else None
+        if size != want:
+            raise SystemExit(f"{file} {'is missing' if size is None else f'has {size} bytes'}, meta.json says "
+                             f"{want} bytes ({meta[f'{split}_blocks']} blocks of {meta['block_size']} uint16 "
+                             f"tokens): the dataset is incomplete or corrupt; {rebuild}")
+        try:
             data.append(np.memmap(file, dtype=np.uint16, mode="r").reshape(-1, block_size))
-    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
-        raise SystemExit(f"{path} is incomplete ({oneline(e)}); {rebuild}")
+        except OSError as e:
+            raise SystemExit(f"cannot read {file} ({oneline(e)})")
+    check_ids(data[1], meta["vocab_size"], os.path.join(data_dir, "val.bin"))
     return data[0], data[1], meta
+
+
+def check_ids(tokens, vocab_size, where):
+    """Every token id below vocab_size (one max over the array): an id beyond it is a corrupt dataset, which the
+    model would meet as an IndexError deep in its embedding."""
+    top = int(tokens.max()) if tokens.size else 0
+    if top >= vocab_size:
+        raise SystemExit(f"{where} holds token id {top} >= vocab_size {vocab_size}: the dataset is corrupt; rebuild it "
+                         "with prepare_oscar.py ... --overwrite=True")
+
+
+def fingerprint(data_dir, meta, val):
+    """What makes a dataset the same data, cheap on any size: meta.json's content (not its layout), all of val.bin
+    (the eval set, small) and train.bin's size with 16 evenly spaced 64 KiB samples of it (never the whole file)."""
+    h = hashlib.sha256(json.dumps(meta, sort_keys=True).encode())
+    h.update(memoryview(np.ascontiguousarray(val)).cast("B"))
+    path = os.path.join(data_dir, "train.bin")
+    size = os.path.getsize(path)
+    h.update(str(size).encode())
+    with open(path, "rb") as f:
+        for i in range(16):
+            f.seek(size * i // 16)
+            h.update(f.read(1 << 16))
+    return h.hexdigest()[:16]
 
 
 class PretrainingData:
@@ -71,9 +107,19 @@ class PretrainingData:
             raise SystemExit(f"train: {self.dir} has {len(self.train)} train blocks of {block_size}: prepare more data "
                              f"or use a batch_size <= {len(self.train)}")
         self.orders = {}  # the permutation of the train blocks of the current epochs
+        try:
+            self.fingerprint = fingerprint(self.dir, self.meta, self.val)  # saved with the run: a resume checks its data
+        except OSError as e:
+            raise SystemExit(f"train: cannot read {self.dir} ({oneline(e)})")
 
     def batch(self, m):
-        return train_batch(self.train, m, self.batch_size, self.seed, self.mask_prob, self.meta["special"], self.orders)
+        x, y, pos = train_batch(self.train, m, self.batch_size, self.seed, self.mask_prob, self.meta["special"],
+                                self.orders)
+        try:
+            check_ids(torch.maximum(x.max(), y.max()).numpy(), self.meta["vocab_size"], f"{self.dir}/train.bin")
+        except SystemExit as e:
+            raise SystemExit(f"train: {e} (found in micro-batch {m}; nothing was saved from it)")
+        return x, y, pos
 
     def eval_set(self, n_batches):
         return eval_batches(self.val, n_batches, self.batch_size, self.mask_prob, self.meta["special"])

@@ -6,6 +6,7 @@ and the temporaries of killed writers removed (remove_stale_temporaries). Every 
 import fcntl
 import json
 import os
+import re
 import socket
 from contextlib import contextmanager
 
@@ -45,16 +46,30 @@ def read_json(path, what):
         raise SystemExit(f"cannot read {what} {path} ({oneline(e)}); it was left as it is")
 
 
-def remove_stale_temporaries(path):
-    """Removes the *.tmp.<pid> files that writes killed mid-way left in path (and path/snapshots): call it only
-    while holding path's lock, so that no live writer owns them."""
-    for folder in (path, os.path.join(path, "snapshots")):
-        for name in os.listdir(folder) if os.path.isdir(folder) else []:
-            if ".tmp." in name and name.rsplit(".tmp.", 1)[1].isdigit():
-                try:
-                    os.remove(os.path.join(folder, name))
-                except OSError:
-                    pass
+def remove_stale_temporaries(path, names):
+    """The one owner of what may be deleted behind a user's back: the temporaries `<name>.tmp.<pid>` that
+    atomic_write left in path when its process was killed, for the file names its caller writes (regular
+    expressions matched in full: run.py's ckpt\\.pt, log\\.jsonl, ckpt_\\d+\\.pt in snapshots/), of processes no
+    longer alive here. Any other file, a user's `results.tmp.2` too, is never touched. Call it only while holding
+    path's lock."""
+    for name in sorted(os.listdir(path)) if os.path.isdir(path) else []:
+        base, dot, pid = name.rpartition(".tmp.")
+        if dot and pid.isdigit() and any(re.fullmatch(n, base) for n in names) and not alive(int(pid)):
+            try:
+                os.remove(os.path.join(path, name))
+            except OSError:
+                pass
+
+
+def alive(pid):
+    """A process of this id runs on this machine (another user's too; pid 0 and our own count as alive)."""
+    try:
+        os.kill(pid, 0) if pid not in (0, os.getpid()) else None
+    except ProcessLookupError:
+        return False
+    except OSError:  # not ours to signal: alive
+        pass
+    return True
 
 
 _held = {}  # folder -> file descriptor of its lock, held until released or the process exits
@@ -64,6 +79,9 @@ def lock_dir(path, who):
     """Creates path if needed and holds it for this process: an exclusive flock on path/.lock, whose text names
     the holder. The operating system releases it when the process ends in any way, so the lock of a dead
     process is free again. Another live holder: one line naming it."""
+    if not str(path).strip():  # an unset shell variable (--out_dir=$OUT): never the current folder
+        raise SystemExit(f"{who.split()[0]}: the output folder is empty (an unset shell variable?): name one, "
+                         "e.g. --out_dir=out/run")
     if os.path.abspath(path) in _held:  # this process has it already
         return
     try:
@@ -77,8 +95,11 @@ def lock_dir(path, who):
         holder = os.read(fd, 300).decode(errors="replace").strip() or "another process"
         os.close(fd)
         raise SystemExit(f"{path} is in use by {holder}: wait for it to end, or choose another output folder")
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{who} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
+    try:  # the holder's name for a refused second writer (a full disk leaves it empty: still held)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{who} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
+    except OSError:
+        pass
     _held[os.path.abspath(path)] = fd
 
 

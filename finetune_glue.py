@@ -30,7 +30,7 @@ from tqdm import tqdm
 from configurator import check, configure, oneline
 from device import set_up
 from model import BertClassifier, BertConfig
-from checkpoint import load_checkpoint, save_checkpoint
+from checkpoint import Unreadable, load_checkpoint, save_checkpoint
 from files import locked, read_json, write_json
 from step import optimizer_step, schedule
 from tokenizer import get_tokenizer
@@ -354,6 +354,17 @@ def table(name, summary):
     return '\n'.join(lines)
 
 
+def damaged(runs):
+    """The first '<task> seed <seed>' of a glue_results.json's runs that is not a result summarize can read, or None."""
+    score = lambda m: isinstance(m, dict) and type(m.get('score')) in (int, float) and math.isfinite(m['score'])
+    for task, seeds in runs.items():
+        for seed, r in seeds.items() if isinstance(seeds, dict) else [('?', None)]:
+            if not (seed.isdigit() and isinstance(r, dict) and isinstance(r.get('dev'), dict)
+                    and all(score(r['dev'].get(n)) for n in (TASKS[task].dev if task in TASKS else ()))):
+                return f"{task} seed {seed}"
+    return None
+
+
 def table3(ckpt_path, out, s):
     """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json, then its Table-3 row."""
     cfg, state, iter_num = load_pretrained(ckpt_path, s.max_seq_len)
@@ -369,6 +380,9 @@ def table3(ckpt_path, out, s):
             if not isinstance(res, dict) or not all(isinstance(res.get(k), dict) for k in ('protocol', 'runs')):
                 raise SystemExit(f"finetune_glue: {path} is not a glue_results.json of this script; it was left as it "
                                  "is: choose another out_dir")
+            if bad := damaged(res['runs']):  # a hand-edited entry: named now, never a TypeError later
+                raise SystemExit(f"finetune_glue: {path}: the result of {bad} is damaged (edited by hand?); the file "
+                                 "was left as it is: delete that entry to run it again")
             if diff := [k for k in protocol if res['protocol'].get(k) != protocol[k]]:
                 raise SystemExit(f"finetune_glue: {path} holds results of other settings ({', '.join(diff)} differ); "
                                  "use another out_dir or delete that file")
@@ -398,18 +412,27 @@ def run_benchmark(run_dir, s):
         snaps = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(run_dir, 'snapshots', 'ckpt_*.pt'))
                        if (m := re.fullmatch(r'ckpt_(\d+)\.pt', os.path.basename(p))))
         snaps = snaps[::-s.snapshot_every][::-1]
-        final = os.path.join(run_dir, 'ckpt.pt')
-        final_step = load_pretrained(final, s.max_seq_len)[2] if os.path.isfile(final) else -1
+        final, skipped = os.path.join(run_dir, 'ckpt.pt'), []
+        try:
+            final_step = load_pretrained(final, s.max_seq_len)[2] if os.path.isfile(final) else -1
+        except Unreadable as e:
+            final_step, _ = -1, skipped.append(str(e))
         if final_step > (snaps[-1][0] if snaps else -1):
             snaps.append((final_step, final))
-        if not snaps:
-            raise SystemExit(f"finetune_glue: no snapshots/ckpt_*.pt and no ckpt.pt in {run_dir!r}")
         records = []
         for step, path in snaps:
-            g = table3(path, os.path.join(s.out_dir, f"step_{step:07d}"), s)
+            try:  # an unreadable snapshot is named and skipped: the others are still scored
+                g = table3(path, os.path.join(s.out_dir, f"step_{step:07d}"), s)
+            except Unreadable as e:
+                print(f"skipped: {e}", flush=True)
+                skipped.append(str(e))
+                continue
             records.append({'step': step, 'checkpoint': path, 'score': g['glue'].get('mean'),
                             'std': g['glue'].get('std'), 'complete': g['glue']['complete'],
                             'numbers': {n: v['mean'] for n, v in g['numbers'].items()}})
+        if not records:
+            raise SystemExit(f"finetune_glue: no readable snapshots/ckpt_*.pt or ckpt.pt in {run_dir!r}"
+                             + (f" ({skipped[0]})" if skipped else ""))
         target = 0.95 * records[-1]['score']
         step_95 = next((r['step'] for r in records if r['score'] >= target), None)
         write_json(os.path.join(s.out_dir, 'benchmark.json'), {'records': records, 'final_score': records[-1]['score'],
@@ -418,6 +441,9 @@ def run_benchmark(run_dir, s):
     print('| step | score |\n|---|---|\n' + '\n'.join(f"| {r['step']} | {r['score']:.2f} ({r['std']:.2f}) |"
                                                    for r in records))
     print(f"first step at 95% of the final score ({target:.2f}): {step_95}")
+    if skipped:
+        raise SystemExit(f"finetune_glue: {len(skipped)} unreadable checkpoint(s) skipped, the benchmark is without "
+                         f"them: {'; '.join(skipped)}"[:600])
 
 
 def settings(config):
@@ -427,11 +453,12 @@ def settings(config):
     check('finetune_glue',
           (all(t in TASKS for t in s.task_list), f"tasks must be 'all' or a comma list of {','.join(TASKS)}; got "
                                                  f"{s.tasks!r}"),
-          (re.fullmatch(r'\d+(,\d+)*', s.seeds), f"seeds must be a comma list of integers, got {s.seeds!r}"),
+          (re.fullmatch(r'\d{1,9}(,\d{1,9})*', s.seeds), f"seeds must be a comma list of integers below 10**9, got "
+                                                        f"{s.seeds!r}"),
           (min(s.epochs, s.batch_size, s.max_seq_len, s.eval_batch_size, s.snapshot_every) >= 1 and s.learning_rate > 0
-           and 0 <= s.warmup_ratio <= 1 and s.weight_decay >= 0 and s.grad_clip >= 0,
+           and 0 <= s.warmup_ratio <= 1 and min(s.weight_decay, s.grad_clip, s.max_train_samples) >= 0,
            "epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be >= 1, learning_rate > 0, "
-           "warmup_ratio in [0, 1], weight_decay and grad_clip >= 0"),
+           "warmup_ratio in [0, 1], weight_decay, grad_clip and max_train_samples >= 0"),
           (s.benchmark or s.init_from, "set --init_from=<checkpoint> or --benchmark=<train.py out_dir>"))
     s.seed_list = [int(x) for x in s.seeds.split(',')]
     missing = [p for t in s.task_list for p in tsv_files(t, s.data_dir).values() if s.data_dir and not os.path.isfile(p)]

@@ -33,9 +33,9 @@ def read_evals(run):
     (a killed run) is skipped; anything else malformed is a one-line error."""
     path = os.path.join(run, "log.jsonl") if os.path.isdir(run) else run
     try:
-        with open(path) as f:
+        with open(path, errors="replace") as f:  # a damaged byte spoils its line at most, not the file
             lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
         raise SystemExit(f"cannot read {path} ({getattr(e, 'strerror', None) or e}): not a train.py out_dir?")
     evals = []
     for n, line in enumerate(lines, 1):

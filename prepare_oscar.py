@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 import tokenizer
 from configurator import oneline
-from files import locked, read_json
+from files import locked, read_json, remove_stale_temporaries
 
 # -----------------------------------------------------------------------------
 source = 'builtin'   # 'builtin' | 'gcide' | 'prose' | 'oscar' | 'files' | 'hf:<dataset>' (any Hugging Face dataset)
@@ -310,6 +310,12 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
             if isinstance(old, dict) else "made by an earlier version"
         raise SystemExit(f"{out_dir} already holds another dataset ({differ}); pass --overwrite=True to replace it, "
                          "or choose another --out_dir")
+    others = [n for n in ("train.bin", "val.bin") if os.path.exists(final[n])]
+    if others and not overwrite:  # no meta.json: another tool's data (nanoGPT's), or a build that failed finishing
+        raise SystemExit(f"{out_dir} holds {' and '.join(others)} but no meta.json: not a dataset of this script (or "
+                         "one that failed while finishing); pass --overwrite=True to replace them, or choose another "
+                         "--out_dir")
+    remove_stale_temporaries(out_dir, [re.escape(n) for n in final])  # of a build killed mid-way
     counts, ntok, t0 = Counter(), Counter(), time.time()
 
     def kept_docs():  # in corpus order, counting every document read by its fate
@@ -319,7 +325,7 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
                 if doc is not None:
                     yield doc
 
-    tmp = {name: path + ".tmp" for name, path in final.items()}  # renamed only once complete
+    tmp = {name: f"{path}.tmp.{os.getpid()}" for name, path in final.items()}  # renamed only once complete
     outs = {}
     try:
         outs = {split: open(tmp[f"{split}.bin"], "wb") for split in ("train", "val")}

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import time
+import uuid
 
 import torch
 import torch.distributed as dist
@@ -29,30 +30,43 @@ class Run:
     a resume, holds the run's own settings."""
 
     def __init__(self, out_dir, config, given, rank=0, who="train.py"):
+        self.master = rank == 0
+        if self.master:  # before anything in the folder is read; an empty out_dir is refused, never the cwd
+            lock_dir(out_dir, who[:200])
         self.out_dir = os.path.abspath(out_dir)
         self.ckpt_path = os.path.join(self.out_dir, "ckpt.pt")
-        self.master = rank == 0
-        if self.master:  # before anything in the folder is read
-            lock_dir(self.out_dir, who[:200])
-            remove_stale_temporaries(self.out_dir)
+        if self.master:  # the files this class writes, half-written by a killed run: nothing else
+            remove_stale_temporaries(self.out_dir, (r"ckpt\.pt", r"log\.jsonl"))
+            remove_stale_temporaries(os.path.join(self.out_dir, "snapshots"), (r"ckpt_\d+\.pt",))
         self.nothing_to_do = None  # or a message: the same run is finished there (train.py exits 0)
         try:
             self.ckpt, self.model_args, self.changed = open_run(self.out_dir, config, given)
         except NothingToDo as e:
             self.nothing_to_do, self.ckpt, self.model_args, self.changed = str(e), None, None, []
         self.config, self.resumed = config, self.ckpt is not None
+        # the run's identity, saved in every checkpoint and at the top of log.jsonl: a checkpoint of another run is
+        # never resumed over this folder's log (an old checkpoint has none: a new one from here on)
+        self.run_id = (self.ckpt or {}).get("run_id") or uuid.uuid4().hex[:16]  # a new run: a new id
+        self.data = None  # the dataset's fingerprint (dataloader.fingerprint), given to restore
         self.last_good = self.ckpt_path if self.resumed else None  # named when a run must stop
         self.signals, self.log, self.rng = [], None, None
 
-    def restore(self, model, optimizer, scaler, rank=0, world=1, device_type="cpu", flag_group=None):
+    def restore(self, model, optimizer, scaler, rank=0, world=1, device_type="cpu", flag_group=None, data=None):
         """The resumed run's model, optimizer and loss scaler, and its loop state (iter_num, last_eval, eval_loss,
-        probe, spent); a new run's is (0, -1, None, None, 0.0). Its RNG state waits for restore_rng (compiling draws from it). The
-        run keeps what it needs to save and to stop."""
+        probe, spent); a new run's is (0, -1, None, None, 0.0). Its RNG state waits for restore_rng (compiling draws
+        from it). The run keeps what it needs to save and to stop. data: the dataset's fingerprint, which a resume
+        checks against the run's own (other data would mix two eval sets in one log)."""
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
-        self.world, self.device_type, self.flag_group = world, device_type, flag_group
+        self.world, self.device_type, self.flag_group, self.data = world, device_type, flag_group, data
         if not self.resumed:
             return 0, -1, None, None, 0.0
         ck = self.ckpt
+        if data and ck.get("data") and ck["data"] != data:
+            raise SystemExit(f"train: the dataset {self.config['dataset']} is not the data {self.ckpt_path} was trained "
+                             f"on (fingerprint {data}, the run's {ck['data']}: rebuilt or changed since): resume on the "
+                             "run's own data, or start a new out_dir")
+        if self.master and data and not ck.get("data"):
+            print(f"note: {self.ckpt_path} predates data fingerprints: its data cannot be checked", flush=True)
         model.load_state_dict(ck["model"])
         try:
             optimizer.load_state_dict(ck["optimizer"])
@@ -94,7 +108,8 @@ class Run:
                 raise SystemExit("train: wandb_log=True but wandb is not installed: pip install wandb")
             wandb.init(project=wandb_project, name=os.path.basename(self.out_dir), config=self.config)
             also = lambda record: wandb.log(record, step=record["step"])
-        self.log = open_log(os.path.join(self.out_dir, "log.jsonl"), step if self.resumed else None, also)
+        head = {"type": "run", "step": 0, "run_id": self.run_id, "data": self.data, "config": self.config}
+        self.log = open_log(os.path.join(self.out_dir, "log.jsonl"), head, step if self.resumed else None, also)
 
     def finished(self, state):
         """The loop's state has gone as far as the run asks (is_finished)."""
@@ -110,7 +125,8 @@ class Run:
         also the optimizer, the scaler and every process's RNG state, to continue to the bit. Rank 0 writes."""
         if not all_finite(self.model.parameters()):
             self.stop("the weights are not finite (NaN/inf)", state["iter_num"])
-        ck = {"model": self.model.state_dict(), "model_args": self.model_args, "config": self.config, **state}
+        ck = {"model": self.model.state_dict(), "model_args": self.model_args, "config": self.config,
+              "run_id": self.run_id, "data": self.data, **state}
         if full:
             rng = {"cpu": torch.get_rng_state(),
                    "cuda": torch.cuda.get_rng_state() if self.device_type == "cuda" else None}
@@ -200,11 +216,28 @@ def open_run(out_dir, config, given):
       config file or --key=value) is the run's own, its precision too (config is updated in place); `changed` lists
       the given ones that make it another run (not an exact continuation). Asking for another model is an error.
     - a new run: ckpt is None. The same run, finished, is nothing to do (NothingToDo); any other run there is never
-      touched (an error)."""
+      touched (an error). A folder with nothing saved of this run yet (empty, or this run's log.jsonl alone) starts
+      it, whether asked to start or to resume."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     model_keys = [f.name for f in dataclasses.fields(BertConfig) if f.name in config]
+    head = log_head(os.path.join(out_dir, "log.jsonl"))  # the run this folder's log belongs to (None: unknown)
+    snapshots = os.path.join(out_dir, "snapshots")
+    found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
+    found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
+    if "ckpt.pt" not in found and (not found or head and not run_changes(head["config"], config)):
+        # nothing saved yet: an empty folder, or this run killed (or diverged) before its first save. It starts from
+        # step 0, asked to start or to resume, so that a requeued job goes on with the same command
+        if config["init_from"] == "resume" or found:
+            print(f"{out_dir} holds no checkpoint of this run yet (nothing saved): starting it from step 0", flush=True)
+        config["init_from"], found = "scratch", []
     if config["init_from"] == "resume":
         ckpt = load_checkpoint(ckpt_path, resume=True)
+        if head and (head.get("run_id") != ckpt["run_id"] if ckpt.get("run_id") else  # an old checkpoint: its settings
+                     run_changes(head["config"], ckpt["config"], MACHINE_KEYS + ("max_iters",))):
+            raise SystemExit(f"train: {ckpt_path} is not the checkpoint of the run that {out_dir}/log.jsonl records (run "
+                             f"{ckpt.get('run_id') or 'of other settings'}, the log's {head.get('run_id')}): nothing "
+                             "was changed; resume that checkpoint in a folder of its own")
+        ckpt["run_id"] = ckpt.get("run_id") or head and head.get("run_id")  # an old checkpoint: the log's id
         config.update({k: v for k, v in ckpt["config"].items() if k in config and k not in given | set(MACHINE_KEYS)})
         if "dtype" not in given and (ckpt["config"].get("dtype") != "float16" or config["device"].startswith("cuda")):
             config["dtype"] = ckpt["config"].get("dtype", config["dtype"])  # its precision (fp16: on a GPU only)
@@ -215,20 +248,20 @@ def open_run(out_dir, config, given):
             raise SystemExit(f"train: resuming {ckpt_path}, but the settings ask for another model: {', '.join(clash)}."
                              " Drop them to resume, or start a new out_dir")
         return ckpt, model_args, sorted(run_changes(ckpt["config"], config))
-    snapshots = os.path.join(out_dir, "snapshots")
-    found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
-    found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
     if "ckpt.pt" in found:
         try:
             old = load_checkpoint(ckpt_path, resume=True)
         except SystemExit:  # not even readable: certainly not this run (refused below, nothing touched)
             old = None
-        if old and not run_changes(old["config"], config) and is_finished(old, config):
-            budget = config.get("max_minutes") and old.get("spent", 0.0) >= 60 * config["max_minutes"]
-            further = "--init_from=resume" + (" and a higher --max_iters" if old["iter_num"] >= config["max_iters"]
-                                              else " and a higher --max_minutes" if budget else " --target_loss=0")
-            raise NothingToDo(f"{out_dir} already holds this run, finished at step {old['iter_num']}: nothing to do. "
-                              f"To train it further: {further}; a new run: another --out_dir")
+        if old and not run_changes(old["config"], config):
+            if is_finished(old, config):
+                budget = config.get("max_minutes") and old.get("spent", 0.0) >= 60 * config["max_minutes"]
+                further = "--init_from=resume" + (" and a higher --max_iters" if old["iter_num"] >= config["max_iters"]
+                                                  else " and a higher --max_minutes" if budget else " --target_loss=0")
+                raise NothingToDo(f"{out_dir} already holds this run, finished at step {old['iter_num']}: nothing to "
+                                  f"do. To train it further: {further}; a new run: another --out_dir")
+            raise SystemExit(f"train: {out_dir} holds this run, saved at step {old['iter_num']}: continue it with "
+                             "--init_from=resume (a new start would overwrite it), or choose another out_dir")
     if found:
         raise SystemExit(f"train: {out_dir} holds another run ({', '.join(found)}): continue it with "
                          "--init_from=resume, or choose another out_dir (nothing is overwritten)")
@@ -239,26 +272,57 @@ def open_run(out_dir, config, given):
 
 
 # ----------------------------------------------------------------------------- the log
-def open_log(path, resume_step=None, also=None):
+def log_head(path):
+    """The first record of a train.py log.jsonl when it names its run ({"type": "run", "run_id", "config", "data"});
+    None for an old log, another file or none."""
+    try:
+        with open(path, "rb") as f:
+            head = json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    return head if isinstance(head, dict) and head.get("type") == "run" and isinstance(head.get("config"), dict) \
+        else None
+
+
+def open_log(path, head, resume_step=None, also=None):
     """train.py's log.jsonl as a function log(record), which appends the record with the wall-clock time (and calls
-    also(record), if given). On a resume the file is first cut back to the records up to resume_step: those after it
-    belong to steps the run repeats (a half-written line of a killed run goes too)."""
+    also(record), if given). A new run's log starts with head, the record that names the run (a log left by this
+    run killed before its first save is replaced). On a resume the file is first cut back to the records up to
+    resume_step: those after it belong to steps the run repeats, a half-written line of a killed run goes too; a
+    line that is not a record (a damaged byte) is kept as it is when records to keep follow it. An old log gets
+    head at its top."""
+    line = lambda r: (json.dumps(r) + "\n").encode()
+    kept = [line(head)]
     if resume_step is not None and os.path.exists(path):
-        kept = []
-        with open(path) as f:
-            for line in f:
-                try:
-                    if json.loads(line)["step"] <= resume_step:
-                        kept.append(line)
-                except (ValueError, KeyError, TypeError):
-                    pass
-        atomic_write(path, lambda f: f.writelines(kept), mode="w")
-    f = open(path, "a")
+        try:
+            with open(path, "rb") as f:
+                lines = [raw + b"\n" for raw in f.read().splitlines()]
+        except OSError as e:
+            raise SystemExit(f"train: cannot read {path} ({e.strerror or e})")
+        records, pending = [], []
+        for raw in lines:
+            try:
+                step = json.loads(raw)["step"]
+            except (ValueError, KeyError, TypeError):
+                pending.append(raw)
+                continue
+            if isinstance(step, int) and step <= resume_step:
+                records, pending = records + pending + [raw], []
+        kept = records if log_head(path) else kept + records
+    atomic_write(path, lambda f: f.writelines(kept))
+    try:
+        f = open(path, "a")
+    except OSError as e:
+        raise SystemExit(f"train: cannot write {path} ({e.strerror or e})")
 
     def log(record):
         record["time"] = round(time.time(), 1)  # how long a run took, across resumes
-        f.write(json.dumps(record) + "\n")
-        f.flush()
+        try:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+        except OSError as e:  # a full disk: the log line is lost, ckpt.pt is as last saved
+            raise SystemExit(f"train: cannot write {path} ({e.strerror or e}); continue with --init_from=resume once "
+                             "there is space") from None
         if also:
             also(record)
     return log

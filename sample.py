@@ -51,8 +51,9 @@ def main():
     ck = load_checkpoint(init_from)
     if 'num_labels' in ck:
         raise SystemExit(f"sample: {init_from} is a fine-tuned classifier; sample.py needs a pre-trained (MLM) one")
-    if top_k < 1:
-        raise SystemExit(f"sample: top_k must be >= 1, got {top_k}")
+    n_tokens = len(get_tokenizer()[0]._mergeable_ranks)  # the tokens sample.py proposes: no special or padded id
+    if not 1 <= top_k <= n_tokens:
+        raise SystemExit(f"sample: top_k must be in [1, {n_tokens}], got {top_k}")
     model = Bert(BertConfig(**ck['model_args']))
     model.load_state_dict(ck['model'])
     model.to(device).eval()

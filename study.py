@@ -30,7 +30,7 @@ import torch
 
 import plot
 from checkpoint import load_checkpoint
-from configurator import check, configure, read_file, script_defaults
+from configurator import check, configure, oneline, read_file, script_defaults
 from dataloader import dataset_dir, load_dataset
 from files import atomic_write, lock_dir, locked, write_json
 from plot import first_step_below, read_evals
@@ -232,14 +232,16 @@ def read_record(path):
     """(head, eval records) of a committed run record, head holding the run's config and U; None if there is none."""
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        head = f.readline()
-    try:
-        head = json.loads(head)
+    try:  # every line whole: a record is written at once (atomic_write), so a cut or damaged one is never read
+        with open(path, 'rb') as f:
+            lines = f.read().split(b'\n')
+        if lines[-1]:
+            raise ValueError("its last line is cut")
+        head, _ = json.loads(lines[0]), [json.loads(line) for line in lines[1:-1]]
         head['config'], head['unigram_loss']
-    except (ValueError, KeyError, TypeError):
-        raise SystemExit(f"study: {path} is not a study record (its first line must hold the run's config): "
-                         "move it away and run again")
+    except (OSError, ValueError, KeyError, TypeError) as e:  # a bad byte (UnicodeDecodeError) is a ValueError
+        raise SystemExit(f"study: {path} is not a whole study record ({oneline(e)}): restore it (git checkout "
+                         f"{path}) or move it away and run again")
     try:
         return head, read_evals(path)
     except SystemExit as e:
@@ -305,6 +307,7 @@ def plan_runs():
     check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
           (all(s.isdigit() for s in seeds.split(',')) if seeds else True, "seeds must be a comma list of integers"),
           (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
+          (records.strip() and out_dir.strip(), "records and out_dir must name folders (an unset shell variable?)"),
           )
     plan = []
     for arm in arm_list:
@@ -351,7 +354,7 @@ def run_all(plan, u, cap):
                     continue
                 del running[run]
                 if p.returncode:
-                    with open(os.path.join(run, 'train.txt')) as f:
+                    with open(os.path.join(run, 'train.txt'), errors='replace') as f:
                         last = (f.read().strip().splitlines() or [''])[-1]
                     raise SystemExit(f"study: {run} failed (exit {p.returncode}): {last}")
                 write_record(os.path.join(records, f"{arm}_s{sd}.jsonl"), run, ' '.join(['python train.py', *cmd]), u)
@@ -512,13 +515,18 @@ def unigram_level(recs, base_cfg):
 
 def finished_runs(plan, recs, u, cap):
     """({arm: {seed: evals}} of the finished runs that match the plan, the names of the others, the shared settings)."""
-    runs, missing, shared = {}, [], {}
+    runs, missing, shared, short = {}, [], {}, []
     for arm, sd, cmd in plan:
         rec = recs[(arm, sd)]
         if rec and not differ(rec[0]['config'], cmd) and record_complete(rec[1], u, cap):
             runs.setdefault(arm, {})[sd], shared = rec[1], rec[0]['config']
+        elif rec and not differ(rec[0]['config'], cmd):  # a record ends where its run did: this one was cut
+            short.append(f"{arm}_s{sd}.jsonl (last step {rec[1][-1]['step']})")
         else:
             missing.append(f"{arm}_s{sd}")
+    check('study', (not short, f"records in {records}/ end before the cap ({cap}) and the criterion: "
+                               f"{', '.join(short)}: restore them (git checkout {records}) or complete them with "
+                               "--train=True; no summary was written"))
     print(f"study: {sum(map(len, runs.values()))} runs recorded" + (f"; not yet run: {', '.join(missing)}" if missing
                                                                       else ", every run of the plan"))
     check('study', (runs, f"no finished run recorded in {records}/: run the study with --train=True"))

@@ -90,8 +90,9 @@ check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch
       (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1
        and qk_lr_scale > 0, "learning_rate, eps and qk_lr_scale must be > 0, weight_decay and grad_clip >= 0, beta1 "
                             "and beta2 in [0, 1)"),
-      (min(warmup_iters, checkpoint_interval, max_minutes, max_iters) >= 0,  # max_iters=0: the untrained model, saved
-       "warmup_iters, checkpoint_interval, max_minutes and max_iters must be >= 0"),
+      (min(warmup_iters, checkpoint_interval, min_iters, target_loss, peak_flops, max_minutes, max_iters) >= 0,
+       "warmup_iters, checkpoint_interval, min_iters, target_loss, peak_flops, max_minutes and max_iters must be >= 0"),
+      (0 <= seed < 2 ** 32, f"seed must be in [0, 2**32), got {seed}"),
       (min(n_layer, n_head, n_embd, n_inner, block_size) >= 1,
        "n_layer, n_head, n_embd, n_inner, block_size must be >= 1"))
 
@@ -133,7 +134,7 @@ raw_model = Bert(BertConfig(**run.model_args)).to(device)
 optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type, qk_lr_scale)
 scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
 iter_num, last_eval, eval_loss, probe, spent = run.restore(raw_model, optimizer, scaler, rank, world, device_type,
-                                                           flag_group)
+                                                           flag_group, data.fingerprint)
 # last_eval: the step of the latest eval (a resume skips it); probe: (step, scores) then, to see how fast they move;
 # spent: seconds of training steps so far (max_minutes' budget)
 if master:

@@ -48,7 +48,7 @@ def test_a_new_run_needs_a_folder_without_another_run(tmp_path):
     with pytest.raises(SystemExit, match=r"holds another run \(ckpt.pt\).*--init_from=resume"):
         open_run(str(tmp_path / "other"), dict(RUN), set())
     save_run(tmp_path / "short", iter_num=50)  # the same settings, not finished: to be resumed, not restarted
-    with pytest.raises(SystemExit, match="holds another run"):
+    with pytest.raises(SystemExit, match="holds this run, saved at step 50: continue it with --init_from=resume"):
         open_run(str(tmp_path / "short"), dict(RUN), set())
     with pytest.raises(SystemExit, match="n_embd"):  # an impossible model: one line
         open_run(str(tmp_path / "bad"), {**RUN, "n_embd": 15}, set())
@@ -61,7 +61,7 @@ def test_the_same_finished_run_again_is_nothing_to_do(tmp_path):
     save_run(tmp_path / "stopped", iter_num=60, eval_loss=4.0, target_loss=4.2, min_iters=50)  # met its target
     with pytest.raises(NothingToDo, match="--target_loss=0"):  # how to go on past it
         open_run(str(tmp_path / "stopped"), {**RUN, "target_loss": 4.2, "min_iters": 50}, set())
-    with pytest.raises(SystemExit, match="holds another run"):  # a lower target is not met yet
+    with pytest.raises(SystemExit, match="holds this run, saved at step 60"):  # a lower target is not met yet
         open_run(str(tmp_path / "stopped"), {**RUN, "target_loss": 3.9, "min_iters": 50}, set())
 
 
@@ -83,8 +83,13 @@ def test_a_resume_takes_the_runs_own_settings_and_refuses_another_model(tmp_path
     with pytest.raises(SystemExit, match=r"another model: n_layer 2 \(checkpoint: 1\), attention_type 'original'"):
         open_run(str(tmp_path / "run"), {**RUN, "init_from": "resume", "n_layer": 2, "attention_type": "original"},
                  {"init_from", "n_layer", "attention_type"})
+    config = {**RUN, "init_from": "resume"}  # nothing saved yet: a requeued `--init_from=resume` job starts the run
+    assert open_run(str(tmp_path / "none"), config, {"init_from"})[0] is None and config["init_from"] == "scratch"
+    save_run(tmp_path / "other", seed=9)
+    os.remove(tmp_path / "other" / "ckpt.pt")
+    (tmp_path / "other" / "log.jsonl").write_text('{"type": "eval", "step": 5, "loss": 3.0}\n')  # another run's
     with pytest.raises(SystemExit, match="no checkpoint"):
-        open_run(str(tmp_path / "none"), {**RUN, "init_from": "resume"}, {"init_from"})
+        open_run(str(tmp_path / "other"), {**RUN, "init_from": "resume"}, {"init_from"})
 
 
 def test_locked_releases_its_folder(tmp_path):
