@@ -124,6 +124,10 @@ class PretrainingData:
     def eval_set(self, n_batches):
         return eval_batches(self.val, n_batches, self.batch_size, self.mask_prob, self.meta["special"])
 
+    def frequency_only_loss(self, n_batches):
+        """U over eval_set(n_batches)'s blocks (frequency_only_loss)."""
+        return frequency_only_loss(self.train, self.val[:n_batches * self.batch_size],
+                                   min(self.meta["special"].values()))
 
 def n_masked(mask_prob, block_size):
     """Positions predicted per sequence: a fixed count (as in Cramming) keeps the shapes static for torch.compile."""
@@ -171,3 +175,18 @@ def eval_batches(blocks, n_batches, batch_size, mask_prob, special):
     return [mask_tokens(torch.from_numpy(blocks[i:i + batch_size].astype(np.int64)), mask_prob,
                         min(special.values()), special["mask"], g)
             for i in range(0, min(n_batches * batch_size, len(blocks)), batch_size)]
+
+
+def frequency_only_loss(train, eval_blocks, n_ordinary, max_tokens=1 << 27):
+    """U: the loss (nats) of guessing each ordinary token of eval_blocks from its frequency in the train blocks alone
+    (add-one smoothed), without context. Masking picks the predicted positions uniformly among those tokens, so U is
+    that guess's expected eval loss: a model at U does as well as token frequencies do. study.py's unigram_loss; the
+    counts are read in chunks (memory stays flat), from evenly spaced blocks (an estimate) when the train split holds
+    more than max_tokens."""
+    step = max(1, -(-train.size // max_tokens))
+    counts = np.ones(n_ordinary)
+    for i in range(0, len(train), step * 4096):
+        t = np.asarray(train[i:i + step * 4096:step]).reshape(-1)
+        counts += np.bincount(t[t < n_ordinary], minlength=n_ordinary)
+    tokens = np.asarray(eval_blocks).reshape(-1)
+    return float(-np.log(counts / counts.sum())[tokens[tokens < n_ordinary]].mean())

@@ -16,7 +16,8 @@ additive / hybrid / sub-LN models have no stock equivalent and are refused. Writ
 (model.safetensors when safetensors is installed, else pytorch_model.bin), and tokenizer.json +
 tokenizer_config.json reproducing this project's ids: GPT-2's BPE, [PAD] [CLS] [SEP] [MASK] = 50257..50260,
 and [CLS] a [SEP] (b [SEP]) around the text, with token types, as prepare_oscar.py and finetune_glue.py build
-their inputs. Needs only torch (transformers is needed to load the result).
+their inputs, and README.md, the model card: what the model is, how it was trained and exported, its eval loss and
+MLM accuracy, and what it cannot do. Needs only torch (transformers is needed to load the result).
 """
 import json
 import os
@@ -124,8 +125,136 @@ def tokenizer_json():
                   "vocab": {show(t): r for t, r in ranks.items()}, "merges": merges}}
 
 
-def export(ck, out):
-    """{file name: bytes writer} of the Hugging Face folder for a checkpoint dict."""
+OPERATORS = {
+    "original": "the original BERT operator, softmax((x Wq + bq)(y Wk + bk)ᵀ / √d)",
+    "symmetric": "symmetric attention, (x Wq + bq)(y Wq + bq)ᵀ / √d: the key projection is the query's (exported as a "
+                 "stock layer whose key projection is a copy of the query's)",
+    "pairwise": "pairwise attention, (x Wq + bq) S_h (y Wq + bq)ᵀ / √d with a d x d matrix S_h per head (exported as a "
+                "stock layer: key = the query projection, query = the query projection times S_h)"}
+CORPORA = {"builtin": "the built-in corpus: ~645k tokens of Python's own docstrings (a smoke test, not a pre-training "
+                      "corpus)",
+           "gcide": "GCIDE, GNU's dictionary (16.3M tokens)",
+           "prose": "running prose: State of the Union addresses and 18 Project Gutenberg books (5.3M tokens)",
+           "oscar": "OSCAR-2301 English with the paper's Appendix A filters"}
+REPO = "symmetric-bert"
+
+
+def eval_accuracy(ck, source):
+    """The MLM accuracy of the checkpoint's last eval: in the checkpoint (runs since the model card), else in the
+    log.jsonl of the run it came from (out_dir/ckpt.pt or out_dir/snapshots/ckpt_N.pt); None if neither has it."""
+    if ck.get("eval_acc") is not None or not source:
+        return ck.get("eval_acc")
+    folder = os.path.dirname(os.path.abspath(source))
+    for log in (os.path.join(folder, "log.jsonl"), os.path.join(os.path.dirname(folder), "log.jsonl")):
+        try:
+            with open(log) as f:
+                found = [r["accuracy"] for r in map(json.loads, f)
+                         if r.get("type") == "eval" and r.get("step") == ck.get("last_eval")]
+            if found:
+                return found[-1]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+    return None
+
+
+def model_card(ck, weights, source=None, out=None):
+    """README.md of the exported folder, as the Hugging Face Hub reads it: YAML metadata, then what the model is, how
+    it was trained (from the checkpoint's own settings), its last eval, how it was exported and what it cannot do."""
+    cfg, c = BertConfig(**ck["model_args"]), ck.get("config") or {}
+    classifier = "num_labels" in ck
+    ours, stock = sum(v.numel() for v in ck["model"].values()), sum(v.numel() for v in weights.values())
+    embed = sum(ck["model"][k].numel() for k in ("encoder.wte.weight", "encoder.wpe.weight", "encoder.wtt.weight"))
+    name = os.path.basename(os.path.normpath(out or "model"))
+    step = ck.get("iter_num", 0)
+    rows = [("attention operator", f"`{cfg.attention_type}`: {OPERATORS[cfg.attention_type]}"),
+            ("size", f"{ours:,} parameters ({embed:,} of them the embeddings; the stock layout holds {stock:,}); "
+                     f"{cfg.n_layer} layers, {cfg.n_head} heads of {cfg.n_embd // cfg.n_head}, hidden {cfg.n_embd}, "
+                     f"inner {cfg.n_inner}, {cfg.block_size} positions, post-LayerNorm")]
+    if cfg.score_scale != 1.0:
+        anneal = f", annealed to 1 by step {cfg.score_scale_warmup} (heat treatment)" if cfg.score_scale_warmup else ""
+        rows.append(("score multiplier", f"{cfg.score_scale:g}{anneal}; the multiplier at this step is folded into the "
+                                         "query projection"))
+    if classifier:
+        dev = ck.get("dev")
+        rows += [("task", f"{ck.get('task', 'a classification task')} (GLUE), fine-tuned with finetune_glue.py, seed "
+                          f"{ck.get('seed', '?')}; labels {', '.join(map(str, ck.get('labels') or [])) or 'a score'}"),
+                 ("pre-training", f"{step:,} steps"),
+                 ("dev score", json.dumps(dev) if dev is not None else "not recorded in the checkpoint")]
+    else:
+        if c:
+            seqs, data = c.get("batch_size", 0) * c.get("gradient_accumulation_steps", 0), c.get("dataset", "?")
+            schedule = (f"then linear decay to 0 at step {c.get('max_iters', 0):,}" if c.get("decay_lr", True)
+                        else "then constant")
+            rows += [("data", f"`{data}`: {CORPORA.get(data, 'a prepare_oscar.py dataset')}; blocks of "
+                              f"{cfg.block_size} tokens, {c.get('mask_prob', 0.15):.0%} of each block's tokens masked"),
+                     ("training", f"{step:,} steps of {seqs} sequences ({step * seqs * cfg.block_size:,} tokens), "
+                                  f"AdamW at lr {c.get('learning_rate', '?')} after {c.get('warmup_iters', '?')} "
+                                  f"warm-up steps, {schedule}; {c.get('dtype', '?')}, seed {c.get('seed', '?')}")]
+        else:
+            rows.append(("training", f"{step:,} steps (the checkpoint holds no training settings)"))
+        loss, acc = ck.get("eval_loss"), eval_accuracy(ck, source)
+        at = f" at step {ck.get('last_eval', step):,}"
+        held = f"{c['eval_iters'] * c['batch_size']:,} " if c.get("eval_iters") and c.get("batch_size") else ""
+        rows += [("eval loss", f"{loss:.4f}{at} (cross-entropy at the masked positions, nats, on the run's {held}"
+                               "held-out blocks)" if loss is not None else "not recorded in the checkpoint"),
+                 ("MLM accuracy", f"{acc:.4f}{at} (the fraction of masked positions whose top guess is right)"
+                                  if acc is not None else "not recorded")]
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    head = "BertForSequenceClassification" if classifier else "BertForMaskedLM"
+    where = out or name
+    use = (f'from transformers import pipeline\nclassify = pipeline("text-classification", model="{where}")'
+           if classifier else f'from transformers import pipeline\nfill = pipeline("fill-mask", model="{where}")\n'
+                              'print(fill("Return the [MASK] of the list."))')
+    dtype = str(weights["bert.embeddings.word_embeddings.weight"].dtype).removeprefix("torch.")
+    return f"""---
+library_name: transformers
+pipeline_tag: {"text-classification" if classifier else "fill-mask"}
+tags:
+- bert
+- {cfg.attention_type}-attention
+- {REPO}
+---
+
+# {name}
+
+A {"fine-tuned " if classifier else ""}BERT ({head}) with the `{cfg.attention_type}` attention operator of *Symmetric \
+Dot-Product Attention for Efficient Training of BERT Language Models* (Courtois, Ostendorff, Hennig, Rehm, Findings \
+of ACL 2024), {"fine-tuned" if classifier else "pre-trained (masked language modelling)"} with {REPO}'s \
+{"finetune_glue.py" if classifier else "train.py"} and exported as a stock Hugging Face model: no custom code, no \
+`trust_remote_code`.
+
+| | |
+|---|---|
+{table}
+
+## How it was exported
+
+`python export_hf.py --init_from={source or "<checkpoint>"} --out_dir={out or "..."}` wrote the checkpoint's \
+weights at step {step:,} ({dtype}) in the stock layout: every operator above is ordinary scaled dot-product \
+attention with another query and key, so this model computes what the checkpoint computes (the project's tests \
+check that its logits equal the checkpoint's to 1e-5 in float32). `tokenizer.json` reproduces the project's token \
+ids.
+
+```python
+{use}
+```
+
+## What it cannot do
+
+- Its vocabulary is tiktoken's GPT-2 BPE (50,257 tokens) with [PAD] [CLS] [SEP] [MASK] = 50257-50260, padded to \
+{cfg.vocab_size:,}: not bert-base-uncased's WordPiece, so it does not share ids with other BERTs, and a [MASK] stands \
+for one BPE token (which carries its own leading space). Tokenise with this folder's tokenizer.
+- It reads at most {cfg.block_size} tokens, [CLS] and [SEP] included.
+- Only the original, symmetric and pairwise operators export: an `additive` or `hybrid` model (HybridBERT), or one \
+with sub-layer LayerNorms, has no stock Hugging Face equivalent and export_hf.py refuses it.
+- {"It was fine-tuned on one GLUE task and scored on its dev set only." if classifier else
+   "It has been pre-trained only: not fine-tuned, and not evaluated on any downstream task; the eval loss above is "
+   "its one measure."}
+"""
+
+
+def export(ck, out, source=None):
+    """{file name: bytes writer} of the Hugging Face folder for a checkpoint dict (read from the file source)."""
     cfg = BertConfig(**ck["model_args"])
     sd = {k: v.detach().to("cpu").contiguous() for k, v in ck["model"].items()}
     weights = hf_weights(cfg, sd)
@@ -159,19 +288,21 @@ def export(ck, out):
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.block_size, "cls_token": "[CLS]",
         "sep_token": "[SEP]", "pad_token": "[PAD]", "mask_token": "[MASK]", "clean_up_tokenization_spaces": False,
         "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]})
+    files["README.md"] = lambda f: f.write(model_card(ck, weights, source, out).encode())
     files["config.json"] = text(config)  # last: a folder without it is visibly unfinished
     return files
 
 
 HF_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "tokenizer_config.json",
-            "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt")  # what loads
+            "special_tokens_map.json", "added_tokens.json", "vocab.txt", "vocab.json", "merges.txt",  # what loads
+            "README.md")  # and the model card
 
 
 def main():
     if not init_from or not out_dir:
         raise SystemExit("export_hf: set --init_from=<checkpoint> and --out_dir=<folder to write>")
     ck = load_checkpoint(init_from)
-    files = export(ck, out_dir)  # an additive/hybrid/sub-LN model is refused here, before anything is written
+    files = export(ck, out_dir, init_from)  # an additive/hybrid/sub-LN model is refused here, before any writing
     with locked(out_dir, "export_hf.py"):
         others = [n for n in os.listdir(out_dir) if n != ".lock"]
         if others and not overwrite:

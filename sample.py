@@ -5,7 +5,8 @@ Fill in [MASK] tokens with a trained model: a quick look at what it has learnt.
     python sample.py --init_from=out/base_pair/ckpt.pt --text="Paris is the [MASK] of France." --top_k=10
 
 Prints, for each [MASK], the top_k tokens with their probabilities, then the text with the most likely ones
-filled in. A [MASK] stands for one GPT-2 token, which carries its own leading space: " [MASK]" reads as
+filled in. --untrained=True also prints what the same model guessed before training (train.py's step 0: the
+architecture initialised from the run's seed), to see what training changed. A [MASK] stands for one GPT-2 token, which carries its own leading space: " [MASK]" reads as
 "[MASK]" (tokenizer.encode_with_specials).
 """
 import torch
@@ -19,6 +20,7 @@ from tokenizer import encode_with_specials, get_tokenizer
 init_from = ''  # a train.py checkpoint: out_dir/ckpt.pt or a snapshot
 text = ''  # text with one or more [MASK] in it
 top_k = 5  # candidates shown per [MASK]
+untrained = False  # also show the guesses of the untrained model (step 0: initialised from the run's seed)
 device = 'cpu'  # cpu, cuda or mps
 # -----------------------------------------------------------------------------
 
@@ -45,6 +47,15 @@ def fill(model, text, top_k):
     return found, enc.decode(filled[1:-1])
 
 
+def untrained_model(ck):
+    """The run's model at step 0, before any update: train.py seeds torch with the run's seed, then builds the model
+    (one process, or rank 0 of several)."""
+    if 'seed' not in ck.get('config', {}):
+        raise SystemExit("sample: --untrained=True needs a train.py checkpoint (its settings hold the run's seed)")
+    torch.manual_seed(ck['config']['seed'])
+    return Bert(BertConfig(**ck['model_args']))
+
+
 def main():
     if not init_from:
         raise SystemExit("sample: set --init_from=<a train.py checkpoint> and --text=\"... [MASK] ...\"")
@@ -54,13 +65,17 @@ def main():
     n_tokens = len(get_tokenizer()[0]._mergeable_ranks)  # the tokens sample.py proposes: no special or padded id
     if not 1 <= top_k <= n_tokens:
         raise SystemExit(f"sample: top_k must be in [1, {n_tokens}], got {top_k}")
+    show = lambda cands: " | ".join(f"{tok!r} {p:.1%}" if p >= 0.001 else f"{tok!r} {p:.3%}" for tok, p in cands)
+    print(f"{ck['model_args']['attention_type']} BERT, step {ck['iter_num']}: {text}")
+    if untrained:
+        for n, (_, cands) in enumerate(fill(untrained_model(ck).to(device).eval(), text, top_k)[0], 1):
+            print(f"[MASK] {n}, untrained (step 0): " + show(cands))
     model = Bert(BertConfig(**ck['model_args']))
     model.load_state_dict(ck['model'])
     model.to(device).eval()
     found, filled = fill(model, text, top_k)
-    print(f"{ck['model_args']['attention_type']} BERT, step {ck['iter_num']}: {text}")
     for n, (_, cands) in enumerate(found, 1):
-        print(f"[MASK] {n}: " + " | ".join(f"{tok!r} {p:.1%}" for tok, p in cands))
+        print(f"[MASK] {n}" + (f", step {ck['iter_num']}" if untrained else "") + ": " + show(cands))
     print("filled in: " + filled.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t"))  # one line
 
 

@@ -13,6 +13,7 @@ reproducible and resumable to the bit and does not depend on the number of proce
 SIGTERM/SIGINT saves first, then exits with 128 + the signal number; any other failure exits 1 (run.py).
 """
 import interrupt  # noqa: F401  first: a Ctrl-C while torch loads is one line (interrupt.py)
+import json
 import math
 import os
 import sys
@@ -179,10 +180,28 @@ def evaluate():
     return (stats[0] / stats[2]).item(), (stats[1] / stats[2]).item(), diag
 
 
+def learnt(step, eval_loss):
+    """The last lines of a finished run: its eval loss beside the untrained model's (step 0, read from log.jsonl)
+    and U, that of guessing each token from its frequency alone (dataloader.frequency_only_loss)."""
+    first = None
+    try:
+        with open(os.path.join(run.out_dir, "log.jsonl")) as f:
+            first = next((r["loss"] for r in map(json.loads, f) if r.get("type") == "eval" and r.get("step") == 0),
+                         None)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # a damaged log: the lines go without it
+    u = data.frequency_only_loss(eval_iters)
+    return ("learnt: eval loss " + (f"{first:.2f} untrained (step 0), " if first is not None else "")
+            + f"{eval_loss:.2f} at step {step}: {abs(u - eval_loss):.2f} nats {'below' if eval_loss <= u else 'above'} "
+            f"U = {u:.2f}\n        (U: the loss of guessing each masked token from its frequency in the training data "
+            "alone, without context)")
+
+
 # the training loop
 run.open_log(iter_num, wandb_project if wandb_log else None)
 run.catch_signals()  # from here on a signal finishes the step, saves and exits with 128 + its number
-state = lambda: {"iter_num": iter_num, "last_eval": last_eval, "eval_loss": eval_loss, "probe": probe, "spent": spent}
+state = lambda: {"iter_num": iter_num, "last_eval": last_eval, "eval_loss": eval_loss, "probe": probe, "spent": spent,
+                 "eval_acc": eval_acc}  # eval_acc: for export_hf.py's model card
 tokens_per_step = batch_size * block_size * gradient_accumulation_steps
 bar = tqdm(total=max_iters, initial=iter_num, disable=not (master and sys.stderr.isatty()), dynamic_ncols=True)
 say = bar.write if not bar.disable else lambda s: print(s, flush=True)  # live bar on a terminal; lines in a log file
@@ -269,3 +288,5 @@ if stopping:
     sys.exit(128 + stopping)  # a scheduler can tell a pre-empted run from a finished one
 if master:
     print(run.summary(iter_num, eval_loss, eval_acc, spent))
+    if eval_loss is not None:
+        print(learnt(iter_num, eval_loss))

@@ -1,12 +1,14 @@
 """A newcomer's first hour: --help everywhere, a quick start that can be run twice, sample.py."""
 import ast
 import itertools
+import json
 import os
 import shutil
 import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import ROOT, run_script
 
 SCRIPTS = ["train.py", "prepare_oscar.py", "finetune_glue.py", "bench.py", "plot.py", "study.py", "sample.py",
@@ -43,6 +45,21 @@ def run(args, cwd):
     return run_script(*args, cwd=cwd)
 
 
+def learnt_lines_read_the_loss(stdout, repo):
+    """The run's last lines: its eval loss beside the untrained model's (step 0 in log.jsonl) and U, the loss of
+    guessing each token from its frequency alone (study.py's unigram_loss on config/tiny.py's eval blocks)."""
+    import study
+    evals = study.read_evals(str(repo / "out" / "tiny_pair"))
+    first, last = evals[0], evals[-1]
+    u = study.unigram_loss(str(repo / "data" / "builtin"), 128, 16, 20)
+    assert first["step"] == 0 and last["step"] == 4 and last["loss"] > u  # 4 steps: still far above U
+    assert stdout.rstrip().splitlines()[-2:] == [
+        f"learnt: eval loss {first['loss']:.2f} untrained (step 0), {last['loss']:.2f} at step 4: "
+        f"{last['loss'] - u:.2f} nats above U = {u:.2f}",
+        "        (U: the loss of guessing each masked token from its frequency in the training data alone, without "
+        "context)"]
+
+
 def test_quick_start_runs_twice_and_keeps_the_first_run(tmp_path):
     """The README's main command (prepare the built-in corpus, train config/tiny_pair.py), twice in a copy of
     the repository; shorter here (a few steps, no compile) but through the same code paths."""
@@ -59,6 +76,7 @@ def test_quick_start_runs_twice_and_keeps_the_first_run(tmp_path):
             first = (repo / "out" / "tiny_pair" / "ckpt.pt").read_bytes()
             log = (repo / "out" / "tiny_pair" / "log.jsonl").read_text()
             assert "done: step 4" in p.stdout and "next: python sample.py" in p.stdout
+            learnt_lines_read_the_loss(p.stdout, repo)
             assert "note: warmup_iters (30) > max_iters (4): the learning rate never reaches 0.002" in p.stdout
     assert "already holds this run, finished at step 4: nothing to do" in p.stdout
     assert (repo / "out" / "tiny_pair" / "ckpt.pt").read_bytes() == first  # the first run is intact
@@ -75,3 +93,40 @@ def test_quick_start_runs_twice_and_keeps_the_first_run(tmp_path):
     assert lines[3].startswith("filled in: The") and "[MASK]" not in lines[3]
     p = run(["sample.py", f"--init_from={ckpt}", "--text=No mask here."], repo)
     assert p.returncode == 1 and "has no [MASK] to fill in" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_untrained_guesses_are_the_runs_step_0(data_dir, tmp_path):
+    """sample.py --untrained=True shows the run's model before its first update: rebuilt from the checkpoint, its
+    eval loss on the run's eval set is the step-0 eval loss that train.py logged (float32)."""
+    import sample
+    from checkpoint import load_checkpoint
+    from dataloader import PretrainingData
+    out = tmp_path / "run"
+    p = run_script("train.py", "config/tiny_pair.py", f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2",
+                   "--eval_interval=2", "--eval_iters=2", "--compile=False", "--dtype=float32", "--seed=7")
+    assert p.returncode == 0, p.stderr[-2000:]
+    ck = load_checkpoint(str(out / "ckpt.pt"))
+    with open(out / "log.jsonl") as f:
+        logged = [r["loss"] for r in map(json.loads, f) if r["type"] == "eval"]
+    data = PretrainingData(data_dir, ck["model_args"]["vocab_size"], 128, 16, 0.15, 7)
+    for model, want in ((sample.untrained_model(ck), logged[0]), (None, logged[-1])):
+        if model is None:  # the trained model, read the same way: the comparison can tell them apart
+            model = sample.Bert(sample.BertConfig(**ck["model_args"]))
+            model.load_state_dict(ck["model"])
+        model.eval()
+        total = n = 0
+        with torch.no_grad():
+            for x, y, pos in data.eval_set(2):
+                k = (y != -100).sum().item()
+                total, n = total + model(x, y, pos)[1].item() * k, n + k
+        assert total / n == pytest.approx(want, abs=1e-5)
+    assert abs(logged[0] - logged[-1]) > 0.01
+    p = run(["sample.py", f"--init_from={out / 'ckpt.pt'}", "--text=Return the [MASK] of the list.",
+             "--untrained=True", "--top_k=2"], ROOT)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[1].startswith("[MASK] 1, untrained (step 0): '") and lines[1].count("%") == 2
+    assert lines[2].startswith("[MASK] 1, step 2: '") and lines[3].startswith("filled in: Return the")
+    torch.save({k: v for k, v in ck.items() if k != "config"}, tmp_path / "bare.pt")
+    p = run(["sample.py", f"--init_from={tmp_path / 'bare.pt'}", "--text=a [MASK]", "--untrained=True"], ROOT)
+    assert p.returncode == 1 and "needs a train.py checkpoint" in p.stderr and "Traceback" not in p.stderr

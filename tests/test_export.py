@@ -128,7 +128,7 @@ def test_command_line_refuses_and_fill_mask_works(tmp_path):
         torch.save({"model": Bert(cfg).state_dict(), "model_args": vars(cfg), "iter_num": 0}, tmp_path / "x.pt")
         p = export(f"--init_from={tmp_path / 'x.pt'}", f"--out_dir={tmp_path / 'x'}")
         assert p.returncode == 1 and "has no stock Hugging Face equivalent" in p.stderr and "Traceback" not in p.stderr
-        assert not (tmp_path / "x" / "config.json").exists()
+        assert not (tmp_path / "x" / "config.json").exists() and not (tmp_path / "x" / "README.md").exists()
     torch.manual_seed(3)
     model = perturbed(Bert(BertConfig(**TINY, attention_type="symmetric")))
     torch.save({"model": model.state_dict(), "model_args": vars(model.config), "iter_num": 9}, tmp_path / "ok.pt")
@@ -138,7 +138,7 @@ def test_command_line_refuses_and_fill_mask_works(tmp_path):
     assert p.returncode == 1 and "is not empty" in p.stderr and (tmp_path / "full" / "notes.txt").read_text() == "mine"
     p = export(f"--init_from={tmp_path / 'ok.pt'}", f"--out_dir={tmp_path / 'hf'}")
     assert p.returncode == 0, p.stderr
-    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors", "tokenizer.json",
+    assert sorted(os.listdir(tmp_path / "hf")) == ["README.md", "config.json", "model.safetensors", "tokenizer.json",
                                                    "tokenizer_config.json"]
     (tmp_path / "hf" / "pytorch_model.bin").write_bytes(b"an older export's weights")
     p = export(f"--init_from={tmp_path / 'ok.pt'}", f"--out_dir={tmp_path / 'hf'}", "--overwrite=True")
@@ -166,6 +166,9 @@ def test_a_fine_tuned_classifier_exports_end_to_end(tmp_path):
     p = subprocess.run([sys.executable, "export_hf.py", f"--init_from={tmp_path / 'ft' / 'rte_s1.pt'}",
                         f"--out_dir={tmp_path / 'hf'}"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert p.returncode == 0 and "BertForSequenceClassification" in p.stdout, p.stderr[-2000:]
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "pipeline_tag: text-classification" in card and "| task | rte (GLUE), fine-tuned with finetune_glue.py, " \
+        "seed 1" in card and "| pre-training | 7 steps |" in card
     kept = torch.load(tmp_path / "ft" / "rte_s1.pt", weights_only=True)
     assert kept["iter_num"] == 7
     ours = BertClassifier(BertConfig(**kept["model_args"]), 2)
@@ -179,3 +182,61 @@ def test_a_fine_tuned_classifier_exports_end_to_end(tmp_path):
         b = hf(**batch).logits
     torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
     assert hf.config.id2label == {0: "entailment", 1: "not_entailment"}
+
+
+def test_the_model_card_describes_the_export(tmp_path):
+    """README.md, as the Hub reads it: metadata, then the operator, size, data, steps, eval loss and MLM accuracy from
+    the checkpoint, how it was exported and what it cannot do; an older checkpoint's accuracy comes from its run's
+    log.jsonl."""
+    torch.manual_seed(0)
+    cfg = BertConfig(**TINY, attention_type="pairwise")
+    model = Bert(cfg)
+    config = {"dataset": "gcide", "batch_size": 8, "gradient_accumulation_steps": 4, "mask_prob": 0.15,
+              "learning_rate": 1e-3, "warmup_iters": 60, "decay_lr": False, "max_iters": 3000, "dtype": "float32",
+              "seed": 5, "eval_iters": 5}
+    ck = {"model": model.state_dict(), "model_args": vars(cfg), "config": config, "iter_num": 1200, "last_eval": 1200,
+          "eval_loss": 4.87654, "eval_acc": 0.23456}
+    (tmp_path / "run" / "snapshots").mkdir(parents=True)
+    torch.save(ck, tmp_path / "run" / "ckpt.pt")
+    p = subprocess.run([sys.executable, "export_hf.py", f"--init_from={tmp_path / 'run' / 'ckpt.pt'}",
+                        f"--out_dir={tmp_path / 'hf'}"], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    card = (tmp_path / "hf" / "README.md").read_text()
+    n = sum(v.numel() for v in model.parameters())
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path / "hf"))
+    assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: fill-mask\n")
+    for text in ("| attention operator | `pairwise`: pairwise attention, (x Wq + bq) S_h (y Wq + bq)ᵀ / √d",
+                 f"| size | {n:,} parameters", f"the stock layout holds {hf.num_parameters():,}",
+                 "2 layers, 2 heads of 16, hidden 32, inner 64, 64 positions",
+                 "| data | `gcide`: GCIDE, GNU's dictionary", "blocks of 64 tokens, 15% of each block's tokens masked",
+                 "| training | 1,200 steps of 32 sequences (2,457,600 tokens), AdamW at lr 0.001 after 60 warm-up steps, "
+                 "then constant; float32, seed 5 |",
+                 "| eval loss | 4.8765 at step 1,200 (cross-entropy at the masked positions, nats, on the run's 40 "
+                 "held-out blocks) |", "| MLM accuracy | 0.2346 at step 1,200",
+                 f"--init_from={tmp_path / 'run' / 'ckpt.pt'} --out_dir={tmp_path / 'hf'}",
+                 "an `additive` or `hybrid` model (HybridBERT), or one with sub-layer LayerNorms, has no stock Hugging "
+                 "Face equivalent and export_hf.py refuses it", "tiktoken's GPT-2 BPE (50,257 tokens)",
+                 "not bert-base-uncased's WordPiece", "It reads at most 64 tokens"):
+        assert text in card, text
+    # a checkpoint from before the card: its accuracy is read from the run's log, at the checkpoint's last eval
+    del ck["eval_acc"]
+    ck["last_eval"] = 1100
+    torch.save(ck, tmp_path / "run" / "snapshots" / "ckpt_0001200.pt")
+    with open(tmp_path / "run" / "log.jsonl", "w") as f:
+        for step, acc in ((1100, 0.2222), (1200, 0.2345)):
+            f.write(json.dumps({"type": "eval", "step": step, "loss": 4.9, "accuracy": acc}) + "\n")
+    files = export_hf.export(torch.load(tmp_path / "run" / "snapshots" / "ckpt_0001200.pt", weights_only=True),
+                             str(tmp_path / "hf2"), str(tmp_path / "run" / "snapshots" / "ckpt_0001200.pt"))
+    card = write_export_files(files, tmp_path / "hf2")
+    assert "| eval loss | 4.8765 at step 1,100" in card and "| MLM accuracy | 0.2222 at step 1,100" in card
+    files = export_hf.export({k: v for k, v in ck.items() if k not in ("config",)}, str(tmp_path / "hf3"))
+    card = write_export_files(files, tmp_path / "hf3")  # the bare minimum: nothing invented
+    assert "| training | 1,200 steps (the checkpoint holds no training settings) |" in card
+    assert "| MLM accuracy | not recorded |" in card
+
+
+def write_export_files(files, out):
+    os.makedirs(out)
+    for name, write in files.items():
+        atomic_write(os.path.join(out, name), write)
+    return (out / "README.md").read_text()

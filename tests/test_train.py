@@ -87,6 +87,18 @@ def test_masking_short_rows_select_only_real_tokens():
     assert pos.numel() == 2 * 6 and (targets.view(-1)[pos] != -100).sum() == 6  # 3 padding rows per sequence
 
 
+def test_frequency_only_loss_by_hand():
+    """U, worked out by hand (as study.py's unigram_loss), and the same from evenly spaced train blocks when the
+    train split is larger than max_tokens."""
+    # ordinary ids 0..3, specials 4..7; train: 0 x4, 1 x2, 2 x1, 3 x0 and specials; blocks of 4
+    train = np.array([[6, 0, 0, 0], [0, 1, 1, 2], [7, 4, 4, 4], [4, 4, 4, 4]], dtype=np.uint16)
+    val = np.array([[6, 0, 1, 3], [7, 4, 4, 4]], dtype=np.uint16)
+    p = np.array([5, 3, 2, 1]) / 11  # add-one smoothed counts of 0..3
+    assert dataloader.frequency_only_loss(train, val, 4) == pytest.approx(-np.log(p[[0, 1, 3]]).mean())
+    u = dataloader.frequency_only_loss(train, val, 4, max_tokens=8)  # blocks 0 and 2: 0 x3
+    assert u == pytest.approx(-np.log(np.array([4, 1, 1, 1])[[0, 1, 3]] / 7).mean())
+
+
 def test_atomic_write_survives_crash_and_full_disk(tmp_path):
     path = str(tmp_path / "ckpt.pt")
     checkpoint.save_checkpoint({"iter_num": 1, "w": torch.ones(3)}, path)
