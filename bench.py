@@ -195,21 +195,31 @@ def by_category(prof, seconds, n):
     return dict(ms)
 
 
+def contiguous(shape):
+    return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+
+
 def matmul_flops(name, shapes):
     a, b = shapes[:2] if name in ("aten::mm", "aten::bmm") else shapes[1:3]  # addmm, baddbmm: (bias, a, b, ...)
     return 2 * (a[0] if len(a) == 3 else 1) * a[-2] * a[-1] * b[-1]
 
 
-def matmuls_alone(prof):
+def matmuls_alone(prof, dtype):
     """(FLOPs, seconds) of a profiled step's matmuls, each distinct one (op, shapes, strides, dtype) timed alone and
-    counted as often as the step runs it: what the step would take if it did nothing but its matmuls."""
+    counted as often as the step runs it: what the step would take if it did nothing but its matmuls. A profiler
+    that records no strides or dtypes (PyTorch < 2.12) gives contiguous inputs in the step's dtype."""
     n_in = {"aten::mm": 2, "aten::bmm": 2, "aten::addmm": 3, "aten::baddbmm": 3}  # then out=, beta, alpha
-    calls = Counter((e.name, tuple(map(tuple, e.input_shapes[:n_in[e.name]])),
-                     tuple(map(tuple, e.structured_input_strides[:n_in[e.name]])), e.input_dtypes[1])
-                    for e in prof.events() if e.name in MATMULS)
+    calls = Counter()
+    for e in prof.events():
+        if e.name in MATMULS:
+            shapes = tuple(map(tuple, e.input_shapes[:n_in[e.name]]))
+            strides = getattr(e, "structured_input_strides", None)
+            strides = tuple(map(tuple, strides[:n_in[e.name]])) if strides else tuple(map(contiguous, shapes))
+            dtypes = getattr(e, "input_dtypes", None)
+            calls[e.name, shapes, strides, TORCH_DTYPES.get(dtypes[1], torch.float32) if dtypes else getattr(torch, dtype)] += 1
     flops = seconds = 0.0
     for (name, shapes, strides, dtype), n in calls.items():
-        args = [torch.empty_strided(s, st, dtype=TORCH_DTYPES.get(dtype, torch.float32), device=device).normal_()
+        args = [torch.empty_strided(s, st, dtype=dtype, device=device).normal_()
                 for s, st in zip(shapes, strides)]
         op = {"aten::mm": torch.mm, "aten::addmm": torch.addmm, "aten::bmm": torch.bmm, "aten::baddbmm": torch.baddbmm}
         fn = lambda: op[name](*args)
@@ -235,7 +245,7 @@ def add_row(rows, label, dtype, mode, model, opt, x, y, pos, hf=False, flops=0.0
     sync()
     if on_gpu:
         row.memory = (torch.cuda.max_memory_allocated() - before) / 2 ** 30
-    row.matmul_flops, row.matmul_seconds = matmuls_alone(profiled(row.step)[0])
+    row.matmul_flops, row.matmul_seconds = matmuls_alone(profiled(row.step)[0], dtype)
     rows.append(row)
     print(f"  ready: {label}, {dtype}, {mode}", flush=True)
 

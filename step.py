@@ -16,9 +16,9 @@ def compile_model(model, device_type, batch=None, ctx=nullcontext()):
     returned, instead of a traceback at the first step (torch._dynamo's suppress_errors does not cover a missing
     C++ compiler). The trial's gradients are dropped; it draws from the RNG (dropout)."""
     if device_type == "cpu":  # dropout from ATen's RNG inside compiled graphs: faster steps on CPU
-        import torch._inductor.config
+        import torch._inductor.config as inductor_config  # "as": a bare import would make torch local here
 
-        torch._inductor.config.fallback_random = True
+        inductor_config.fallback_random = True
     compiled = torch.compile(model)
     if batch is None:
         return compiled

@@ -104,3 +104,25 @@ def test_sub_ln_spec_builds_the_sub_layer_norms():
     import bench as b
     assert b.config("hybrid+sub_ln").sub_ln and b.config("hybrid+sub_ln").attention_type == "hybrid"
     assert not b.config("hybrid").sub_ln
+
+
+def test_matmuls_alone_reads_a_profile_with_or_without_strides_and_dtypes(monkeypatch):
+    """PyTorch < 2.12's profiler records shapes only (a GPU machine had 2.11): the matmuls are then timed on
+    contiguous inputs in the step's dtype; with strides and dtypes recorded, those are used. FLOPs: 2 m k n."""
+    from types import SimpleNamespace
+
+    import torch
+
+    import bench
+
+    old = SimpleNamespace(name="aten::mm", input_shapes=[[4, 8], [8, 16]])
+    new = SimpleNamespace(name="aten::addmm", input_shapes=[[16], [4, 8], [8, 16], [], []],
+                          structured_input_strides=[[1], [8, 1], [1, 8]], input_dtypes=["float", "c10::BFloat16"])
+    made, real = [], torch.empty_strided
+    monkeypatch.setattr(torch, "empty_strided", lambda s, st, dtype, device: made.append((tuple(s), tuple(st), dtype))
+                        or real(s, st, dtype=dtype, device=device))
+    prof = SimpleNamespace(events=lambda: [old, old, new, SimpleNamespace(name="aten::add", input_shapes=[])])
+    flops, seconds = bench.matmuls_alone(prof, "float32")
+    assert flops == 2 * (2 * 4 * 8 * 16) + 2 * 4 * 8 * 16 and seconds > 0
+    assert made == [((4, 8), (8, 1), torch.float32), ((8, 16), (16, 1), torch.float32),
+                    ((16,), (1,), torch.bfloat16), ((4, 8), (8, 1), torch.bfloat16), ((8, 16), (1, 8), torch.bfloat16)]

@@ -330,6 +330,17 @@ def test_ddp_wraps_the_model_before_compiling_it(monkeypatch, tmp_path):
         dist.destroy_process_group()
 
 
+def test_compiling_for_a_gpu_works_where_the_cpu_path_sets_inductor_options(monkeypatch):
+    """compile_model's CPU-only branch imports an inductor module; a GPU run takes the other branch, which must still
+    reach torch.compile (it once raised UnboundLocalError there, as the first GPU run showed)."""
+    from step import compile_model
+
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(m) or m)
+    raw = Bert(BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=97, block_size=16))
+    assert compile_model(raw, "cuda") is raw and compile_model(raw, "cpu") is raw and seen == [raw, raw]
+
+
 def test_a_signal_under_torchrun_waits_for_rank_0s_save(data_dir, tmp_path):
     """Only rank 1 is signalled: both processes stop at the same step, rank 0 saves (made slow here), and rank 1
     leaves only after that save (an early exit makes torchrun stop the group while rank 0 is still writing)."""
