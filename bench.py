@@ -25,11 +25,11 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity
 
-from dataloader import mask_tokens
-from device import autocast, gpu_peak_flops, resolve_dtype, set_up
-from files import write_json
+from lib.dataloader import mask_tokens
+from lib.device import autocast, gpu_peak_flops, resolve_dtype, set_up
+from lib.files import write_json
 from model import ATTENTION_TYPES, Bert, BertClassifier, BertConfig
-from step import compile_model
+from lib.step import compile_model
 
 # -----------------------------------------------------------------------------
 device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or mps

@@ -25,10 +25,10 @@ from functools import lru_cache
 
 import torch
 
-from checkpoint import load_checkpoint
-from files import atomic_write, locked
+from lib.checkpoint import load_checkpoint
+from lib.files import atomic_write, locked
 from model import BertConfig
-from tokenizer import GPT2_PAT_STR, N_GPT2, SPECIAL_TOKENS, get_tokenizer
+from lib.tokenizer import GPT2_PAT_STR, N_GPT2, SPECIAL_TOKENS, get_tokenizer
 
 # -----------------------------------------------------------------------------
 init_from = ''  # a train.py checkpoint (ckpt.pt or a snapshot) or a finetune_glue.py --save_models classifier

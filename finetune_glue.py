@@ -28,12 +28,12 @@ import torch
 from tqdm import tqdm
 
 from configurator import check, configure, oneline
-from device import set_up
+from lib.device import set_up
 from model import BertClassifier, BertConfig
-from checkpoint import Unreadable, load_checkpoint, save_checkpoint
-from files import locked, read_json, write_json
-from step import optimizer_step, schedule
-from tokenizer import get_tokenizer
+from lib.checkpoint import Unreadable, load_checkpoint, save_checkpoint
+from lib.files import locked, read_json, write_json
+from lib.step import optimizer_step, schedule
+from lib.tokenizer import get_tokenizer
 
 # -----------------------------------------------------------------------------
 init_from = ''  # a train.py checkpoint: <out_dir>/ckpt.pt or <out_dir>/snapshots/ckpt_<step>.pt

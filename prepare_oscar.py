@@ -34,9 +34,9 @@ from multiprocessing import Pool
 import numpy as np
 from tqdm import tqdm
 
-import tokenizer
+from lib import tokenizer
 from configurator import oneline
-from files import locked, read_json, remove_stale_temporaries
+from lib.files import locked, read_json, remove_stale_temporaries
 
 # -----------------------------------------------------------------------------
 source = 'builtin'   # 'builtin' | 'gcide' | 'prose' | 'oscar' | 'files' | 'hf:<dataset>' (any Hugging Face dataset)

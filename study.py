@@ -29,12 +29,12 @@ import numpy as np
 import torch
 
 import plot
-from checkpoint import load_checkpoint
+from lib.checkpoint import load_checkpoint
 from configurator import check, configure, oneline, read_file, script_defaults
-from dataloader import dataset_dir, load_dataset
-from files import atomic_write, lock_dir, locked, write_json
+from lib.dataloader import dataset_dir, load_dataset
+from lib.files import atomic_write, lock_dir, locked, write_json
 from plot import first_step_below, read_evals
-from run import END_KEYS, MACHINE_KEYS, run_changes
+from lib.run import END_KEYS, MACHINE_KEYS, run_changes
 
 # -----------------------------------------------------------------------------
 base = 'config/study.py'  # the train.py config every arm starts from

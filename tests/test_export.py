@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import export_hf
-from files import atomic_write
+from lib.files import atomic_write
 from model import Bert, BertClassifier, BertConfig
-from tokenizer import encode_with_specials, get_tokenizer
+from lib.tokenizer import encode_with_specials, get_tokenizer
 from conftest import ROOT
 
 transformers = pytest.importorskip("transformers")

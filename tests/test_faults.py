@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-import checkpoint
+from lib import checkpoint
 import configurator
-import dataloader
-import files
+from lib import dataloader
+from lib import files
 import finetune_glue as fg
 import study
 from conftest import ROOT, run_script
 from model import Bert, BertConfig
-from run import Run
+from lib.run import Run
 from test_prepare import run as prepare
 from test_run import RUN
 from test_train import TINY, one_line_error, read_log, run_train

@@ -11,7 +11,7 @@ import torch
 
 import finetune_glue as fg
 from model import Bert, BertConfig
-from tokenizer import get_tokenizer
+from lib.tokenizer import get_tokenizer
 from conftest import run_script
 
 TINY = dict(n_layer=2, n_head=2, n_embd=64, n_inner=256, block_size=128)

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from device import gpu_peak_flops
+from lib.device import gpu_peak_flops
 from conftest import ROOT
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -489,7 +489,7 @@ def test_qk_init_scale_widens_the_initial_scores_by_its_square():
 
 
 def test_qk_lr_scale_gives_query_and_key_their_own_step_and_the_same_decay():
-    from step import schedule
+    from lib.step import schedule
     model = tiny("original")
     opt = model.configure_optimizers(0.01, 1e-3, (0.9, 0.999), 1e-12, "cpu", qk_lr_scale=8.0)
     qk = {id(p) for l in model.encoder.layers for m in (l.attn.query, l.attn.key) for p in m.parameters()}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import prepare_oscar as po
-from tokenizer import get_tokenizer
+from lib.tokenizer import get_tokenizer
 from conftest import ROOT
 
 
@@ -357,7 +357,7 @@ def test_full_disk_and_held_out_dir(tmp_path, monkeypatch):
         run(tmp_path, files=str(tmp_path / "c.jsonl"), block_size=8, val_docs=5)
     assert os.listdir(tmp_path / "out") == [".lock"]  # no temporary file left behind
     monkeypatch.undo()
-    holder = subprocess.Popen([sys.executable, "-c", f"import files, time; files.lock_dir({str(tmp_path / 'out')!r}, "
+    holder = subprocess.Popen([sys.executable, "-c", f"from lib import files; import time; files.lock_dir({str(tmp_path / 'out')!r}, "
                                "'another prepare_oscar.py'); print('held', flush=True); time.sleep(60)"],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:

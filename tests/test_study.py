@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import study
-from files import lock_dir, unlock_dir
+from lib.files import lock_dir, unlock_dir
 from plot import first_step_below
 from conftest import ROOT
 

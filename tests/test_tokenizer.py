@@ -4,7 +4,7 @@ import shutil
 import pytest
 import tiktoken
 
-import tokenizer
+from lib import tokenizer
 
 
 @pytest.fixture

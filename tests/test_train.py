@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-import dataloader
-import device
-import checkpoint
-import files
+from lib import dataloader
+from lib import device
+from lib import checkpoint
+from lib import files
 from model import Bert, BertConfig
-from step import distribute_and_compile, linear_schedule
+from lib.step import distribute_and_compile, linear_schedule
 from conftest import ROOT, run_script
 
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--n_inner=64", "--block_size=64", "--batch_size=8",
@@ -209,7 +209,8 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, flags, native):
 
 
 FAULTS = """
-import resource, sys, torch, device
+import resource, sys, torch
+from lib import device
 if sys.argv[1] == "1":
     device.set_up("cpu", "float32")  # as every script that trains or times does
 faults = []
@@ -333,7 +334,7 @@ def test_ddp_wraps_the_model_before_compiling_it(monkeypatch, tmp_path):
 def test_compiling_for_a_gpu_works_where_the_cpu_path_sets_inductor_options(monkeypatch):
     """compile_model's CPU-only branch imports an inductor module; a GPU run takes the other branch, which must still
     reach torch.compile (it once raised UnboundLocalError there, as the first GPU run showed)."""
-    from step import compile_model
+    from lib.step import compile_model
 
     seen = []
     monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(m) or m)
@@ -484,7 +485,7 @@ def test_another_runs_files_are_never_touched(data_dir, tmp_path):
 
 def test_one_run_per_out_dir(data_dir, tmp_path):
     out = str(tmp_path / "run")
-    holder = subprocess.Popen([sys.executable, "-c", f"import files, time; files.lock_dir({out!r}, 'train.py "
+    holder = subprocess.Popen([sys.executable, "-c", f"from lib import files; import time; files.lock_dir({out!r}, 'train.py "
                                "config/x.py'); print('held', flush=True); time.sleep(60)"], cwd=ROOT,
                               stdout=subprocess.PIPE, text=True)
     try:
@@ -643,7 +644,7 @@ def test_target_loss_stops_a_run_and_its_resume(data_dir, tmp_path):
 
 def run_train_clocked(*args, tick=0.5):
     """train.py with a controlled budget clock: every training step takes exactly `tick` seconds of it."""
-    code = ("import itertools, runpy, sys, step; c = itertools.count(); "
+    code = ("import itertools, runpy, sys; from lib import step; c = itertools.count(); "
             f"step.clock = lambda: next(c) * {tick}; sys.argv = ['train.py'] + {list(args)!r}; "
             "runpy.run_path('train.py', run_name='__main__')")
     p = run_script("-c", code)

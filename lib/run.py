@@ -15,8 +15,8 @@ import uuid
 import torch
 import torch.distributed as dist
 
-from checkpoint import all_finite, load_checkpoint, save_checkpoint
-from files import atomic_write, lock_dir, remove_stale_temporaries
+from lib.checkpoint import all_finite, load_checkpoint, save_checkpoint
+from lib.files import atomic_write, lock_dir, remove_stale_temporaries
 from model import BertConfig
 
 

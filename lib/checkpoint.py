@@ -8,7 +8,7 @@ import warnings
 import torch
 
 from configurator import oneline
-from files import atomic_write
+from lib.files import atomic_write
 from model import Bert, BertClassifier, BertConfig
 
 
