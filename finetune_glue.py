@@ -60,6 +60,38 @@ compile = False  # torch.compile: off, as dynamic padding changes shapes every b
           # is a fresh model, so it costs more than it saves on GLUE-sized runs
 # -----------------------------------------------------------------------------
 
+
+class Settings(NamedTuple):
+    """This script's settings, made once by make_settings(): the config block's, by the names --help shows (a new
+    setting there needs a field here, or the script stops at its start), checked, and what follows from them. The
+    functions take it as `settings`, apart from the pre-trained model's config (a BertConfig) and its weights."""
+    init_from: str
+    benchmark: str
+    snapshot_every: int
+    tasks: str
+    data_dir: str
+    seeds: str
+    epochs: int
+    batch_size: int
+    learning_rate: float
+    warmup_ratio: float
+    weight_decay: float
+    grad_clip: float
+    max_seq_len: int
+    eval_batch_size: int
+    length_bucketing: bool
+    max_train_samples: int
+    out_dir: str
+    save_models: bool
+    device: str
+    dtype: str  # the precision computed in, as set_up resolved it (never 'auto'): the protocol records this one
+    compile: bool
+    task_list: list  # tasks, 'all' spelled out
+    seed_list: list  # seeds, as integers
+    device_type: str  # cpu, cuda or mps
+    ctx: object  # the autocast of dtype on the device (a no-op in float32)
+
+
 class Task(NamedTuple):
     folder: str  # in the original GLUE layout
     cols: tuple  # TSV columns of (text a, text b or None, label)
@@ -261,39 +293,42 @@ def load_pretrained(path, max_seq_len=0):
     return cfg, ck['model'], int(ck['iter_num'])
 
 
-def finetune(task, data, seed, cfg, state, s, keep=None, iter_num=0):
-    """Fine-tune a fresh classifier on data['train'] with the protocol's settings s (this script's settings, with
-    device_type, dtype and ctx, the autocast); returns the dev metrics. With keep, a path, the fine-tuned classifier
-    is saved there (export_hf.py turns it into a BertForSequenceClassification)."""
+def finetune(task, data, seed, model_config, weights, settings, keep=None, iter_num=0):
+    """Fine-tune a fresh classifier, its encoder the pre-trained one (model_config, a BertConfig, and weights, its
+    state dict), on data['train'] with the protocol of settings; returns the dev metrics. With keep, a path, the
+    fine-tuned classifier is saved there with iter_num, the pre-training step (export_hf.py turns it into a
+    BertForSequenceClassification)."""
     torch.manual_seed(seed)  # the new pooler and classifier, dropout
     rng = np.random.default_rng(seed)  # batch order
-    model = BertClassifier.from_pretrained(cfg, state, 1 if task == 'stsb' else len(TASKS[task].labels)).to(s.device)
-    fwd = torch.compile(model, dynamic=True) if s.compile else model
-    opt = model.configure_optimizers(s.weight_decay, s.learning_rate, (0.9, 0.999), 1e-8, s.device_type)  # HF's AdamW
-    scaler = torch.amp.GradScaler(s.device_type, enabled=s.dtype == 'float16')  # fp16 only: bf16 needs none
+    num_labels = 1 if task == 'stsb' else len(TASKS[task].labels)
+    model = BertClassifier.from_pretrained(model_config, weights, num_labels).to(settings.device)
+    fwd = torch.compile(model, dynamic=True) if settings.compile else model
+    opt = model.configure_optimizers(settings.weight_decay, settings.learning_rate, (0.9, 0.999), 1e-8,
+                                     settings.device_type)  # HF's AdamW
+    scaler = torch.amp.GradScaler(settings.device_type, enabled=settings.dtype == 'float16')  # bf16 needs none
     train, n = data['train'], len(data['train']['tok'])
-    steps = s.epochs * math.ceil(n / s.batch_size)
-    warmup = math.ceil(s.warmup_ratio * steps)
+    steps = settings.epochs * math.ceil(n / settings.batch_size)
+    warmup = math.ceil(settings.warmup_ratio * steps)
     t0, step = time.time(), 0
     model.train()
     # a live bar on a terminal only: a batch job's log gets the one result line per (task, seed)
     with tqdm(total=steps, desc=f"{task} seed {seed}", leave=False, disable=not sys.stderr.isatty()) as bar:
-        for _ in range(s.epochs):
+        for _ in range(settings.epochs):
             order = rng.permutation(n)
-            if s.length_bucketing:  # sorted by length within chunks of 100 batches
-                c = 100 * s.batch_size
+            if settings.length_bucketing:  # sorted by length within chunks of 100 batches
+                c = 100 * settings.batch_size
                 order = np.concatenate([o[np.argsort(train['len'][o])] for o in np.split(order, range(c, n, c))])
-            batches = [order[i:i + s.batch_size] for i in range(0, n, s.batch_size)]
-            loss_sum = torch.zeros((), device=s.device)  # summed on the device: no host sync per step
+            batches = [order[i:i + settings.batch_size] for i in range(0, n, settings.batch_size)]
+            loss_sum = torch.zeros((), device=settings.device)  # summed on the device: no host sync per step
             for b in rng.permutation(len(batches)):  # random batch order (matters only when bucketed)
                 idx = batches[b]
-                schedule(opt, step, s.learning_rate, warmup, steps)
-                ids, mask, types = batch(train, idx, s.device)
-                with s.ctx:
-                    _, loss = fwd(ids, torch.from_numpy(train['y'][idx]).to(s.device), attention_mask=mask,
+                schedule(opt, step, settings.learning_rate, warmup, steps)
+                ids, mask, types = batch(train, idx, settings.device)
+                with settings.ctx:
+                    _, loss = fwd(ids, torch.from_numpy(train['y'][idx]).to(settings.device), attention_mask=mask,
                                   token_type_ids=types)
                 scaler.scale(loss).backward()
-                optimizer_step(opt, scaler, model.parameters(), s.grad_clip)
+                optimizer_step(opt, scaler, model.parameters(), settings.grad_clip)
                 loss_sum += loss.detach()
                 step += 1
                 bar.update()
@@ -309,17 +344,17 @@ def finetune(task, data, seed, cfg, state, s, keep=None, iter_num=0):
             d = data[name]
             order = np.argsort(d['len'], kind='stable')  # similar lengths together: little padding
             out = []
-            for i in range(0, len(order), s.eval_batch_size):
-                ids, mask, types = batch(d, order[i:i + s.eval_batch_size], s.device)
-                with s.ctx:
+            for i in range(0, len(order), settings.eval_batch_size):
+                ids, mask, types = batch(d, order[i:i + settings.eval_batch_size], settings.device)
+                with settings.ctx:
                     out.append(fwd(ids, attention_mask=mask, token_type_ids=types)[0].float().cpu())
             logits = torch.cat(out).numpy()
             pred = logits[:, 0] if task == 'stsb' else logits.argmax(-1)
             result['dev'][name] = task_metrics(task, pred, d['y'][order])  # metrics ignore row order
     result['seconds'] = round(time.time() - t0, 1)
     if keep:
-        save_checkpoint({'model': model.state_dict(), 'model_args': vars(cfg), 'iter_num': iter_num, 'task': task,
-                         'seed': seed, 'num_labels': model.num_labels, 'labels': TASKS[task].labels,
+        save_checkpoint({'model': model.state_dict(), 'model_args': vars(model_config), 'iter_num': iter_num,
+                         'task': task, 'seed': seed, 'num_labels': model.num_labels, 'labels': TASKS[task].labels,
                          'dev': result['dev']}, keep)
     return result
 
@@ -365,15 +400,15 @@ def damaged(runs):
     return None
 
 
-def table3(ckpt_path, out, s):
+def table3(ckpt_path, out, settings):
     """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json, then its Table-3 row."""
-    cfg, state, iter_num = load_pretrained(ckpt_path, s.max_seq_len)
+    model_config, weights, iter_num = load_pretrained(ckpt_path, settings.max_seq_len)
     path = os.path.join(out, 'glue_results.json')
-    protocol = {**{k: getattr(s, k) for k in PROTOCOL}, 'schedule': SCHEDULE, 'optimizer': OPTIMIZER,
-                'data_dir': s.data_dir and os.path.abspath(s.data_dir),
+    protocol = {**{k: getattr(settings, k) for k in PROTOCOL}, 'schedule': SCHEDULE, 'optimizer': OPTIMIZER,
+                'data_dir': settings.data_dir and os.path.abspath(settings.data_dir),
                 'init_from': os.path.abspath(ckpt_path), 'iter_num': iter_num}
-    res = {'model': f"{cfg.attention_type} {cfg.n_layer}L/{cfg.n_embd}H step {iter_num}", 'protocol': protocol,
-           'runs': {}}
+    res = {'model': f"{model_config.attention_type} {model_config.n_layer}L/{model_config.n_embd}H step {iter_num}",
+           'protocol': protocol, 'runs': {}}
     with locked(out, 'finetune_glue.py'):  # one writer per results folder
         if os.path.exists(path):  # resume, but never mix results of different settings in one file
             res = read_json(path, 'GLUE results')
@@ -386,14 +421,14 @@ def table3(ckpt_path, out, s):
             if diff := [k for k in protocol if res['protocol'].get(k) != protocol[k]]:
                 raise SystemExit(f"finetune_glue: {path} holds results of other settings ({', '.join(diff)} differ); "
                                  "use another out_dir or delete that file")
-        for task in s.task_list:
-            for seed in map(str, s.seed_list):
+        for task in settings.task_list:
+            for seed in map(str, settings.seed_list):
                 if seed in res['runs'].get(task, {}):
                     print(f"{task} seed {seed}: done already, skipped")
                     continue
-                keep = os.path.join(out, f"{task}_s{seed}.pt") if s.save_models else None
-                data = task_data(task, s.data_dir, s.max_seq_len, s.max_train_samples)
-                r = finetune(task, data, int(seed), cfg, state, s, keep, iter_num)
+                keep = os.path.join(out, f"{task}_s{seed}.pt") if settings.save_models else None
+                data = task_data(task, settings.data_dir, settings.max_seq_len, settings.max_train_samples)
+                r = finetune(task, data, int(seed), model_config, weights, settings, keep=keep, iter_num=iter_num)
                 res['runs'].setdefault(task, {})[seed] = r
                 print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
                       + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")
@@ -401,20 +436,20 @@ def table3(ckpt_path, out, s):
         res.update(summarize(res['runs']))
         write_json(path, res)
     print(table(res['model'], res))
-    print(f"results: {path}" + (f"; classifiers: {out}/<task>_s<seed>.pt" if s.save_models else ""))
+    print(f"results: {path}" + (f"; classifiers: {out}/<task>_s<seed>.pt" if settings.save_models else ""))
     return res
 
 
-def run_benchmark(run_dir, s):
+def run_benchmark(run_dir, settings):
     """Figure 3: the protocol on the kept snapshots of a train.py run (every snapshot_every-th, counted back from the
     last, and ckpt.pt when it is newer); records score vs. step and the first step at 95% of the final score."""
-    with locked(s.out_dir, 'finetune_glue.py --benchmark'):  # one benchmark per folder, from the start
+    with locked(settings.out_dir, 'finetune_glue.py --benchmark'):  # one benchmark per folder, from the start
         snaps = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(run_dir, 'snapshots', 'ckpt_*.pt'))
                        if (m := re.fullmatch(r'ckpt_(\d+)\.pt', os.path.basename(p))))
-        snaps = snaps[::-s.snapshot_every][::-1]
+        snaps = snaps[::-settings.snapshot_every][::-1]
         final, skipped = os.path.join(run_dir, 'ckpt.pt'), []
         try:
-            final_step = load_pretrained(final, s.max_seq_len)[2] if os.path.isfile(final) else -1
+            final_step = load_pretrained(final, settings.max_seq_len)[2] if os.path.isfile(final) else -1
         except Unreadable as e:
             final_step, _ = -1, skipped.append(str(e))
         if final_step > (snaps[-1][0] if snaps else -1):
@@ -422,7 +457,7 @@ def run_benchmark(run_dir, s):
         records = []
         for step, path in snaps:
             try:  # an unreadable snapshot is named and skipped: the others are still scored
-                g = table3(path, os.path.join(s.out_dir, f"step_{step:07d}"), s)
+                g = table3(path, os.path.join(settings.out_dir, f"step_{step:07d}"), settings)
             except Unreadable as e:
                 print(f"skipped: {e}", flush=True)
                 skipped.append(str(e))
@@ -435,9 +470,9 @@ def run_benchmark(run_dir, s):
                              + (f" ({skipped[0]})" if skipped else ""))
         target = 0.95 * records[-1]['score']
         step_95 = next((r['step'] for r in records if r['score'] >= target), None)
-        write_json(os.path.join(s.out_dir, 'benchmark.json'), {'records': records, 'final_score': records[-1]['score'],
-                                                               'target_95': target, 'step_95': step_95,
-                                                               'tasks': s.task_list})
+        write_json(os.path.join(settings.out_dir, 'benchmark.json'),
+                   {'records': records, 'final_score': records[-1]['score'], 'target_95': target, 'step_95': step_95,
+                    'tasks': settings.task_list})
     print('| step | score |\n|---|---|\n' + '\n'.join(f"| {r['step']} | {r['score']:.2f} ({r['std']:.2f}) |"
                                                    for r in records))
     print(f"first step at 95% of the final score ({target:.2f}): {step_95}")
@@ -446,29 +481,34 @@ def run_benchmark(run_dir, s):
                          f"them: {'; '.join(skipped)}"[:600])
 
 
-def settings(config):
-    """This script's settings checked, with the task and seed lists, the device and the precision set up."""
-    s = SimpleNamespace(**config)
-    s.task_list = list(TASKS)[:8] if s.tasks == 'all' else s.tasks.split(',')
+def make_settings(config):
+    """This run's Settings from the configurator's globals (config): checked before anything is loaded, with the
+    task and seed lists, the device and the precision set up."""
+    c = SimpleNamespace(**config)  # the settings as given, for the checks; what leaves is a Settings
+    task_list = list(TASKS)[:8] if c.tasks == 'all' else c.tasks.split(',')
     check('finetune_glue',
-          (all(t in TASKS for t in s.task_list), f"tasks must be 'all' or a comma list of {','.join(TASKS)}; got "
-                                                 f"{s.tasks!r}"),
-          (re.fullmatch(r'\d{1,9}(,\d{1,9})*', s.seeds), f"seeds must be a comma list of integers below 10**9, got "
-                                                        f"{s.seeds!r}"),
-          (min(s.epochs, s.batch_size, s.max_seq_len, s.eval_batch_size, s.snapshot_every) >= 1 and s.learning_rate > 0
-           and 0 <= s.warmup_ratio <= 1 and min(s.weight_decay, s.grad_clip, s.max_train_samples) >= 0,
+          (all(t in TASKS for t in task_list), f"tasks must be 'all' or a comma list of {','.join(TASKS)}; got "
+                                               f"{c.tasks!r}"),
+          (re.fullmatch(r'\d{1,9}(,\d{1,9})*', c.seeds), f"seeds must be a comma list of integers below 10**9, got "
+                                                        f"{c.seeds!r}"),
+          (min(c.epochs, c.batch_size, c.max_seq_len, c.eval_batch_size, c.snapshot_every) >= 1 and c.learning_rate > 0
+           and 0 <= c.warmup_ratio <= 1 and min(c.weight_decay, c.grad_clip, c.max_train_samples) >= 0,
            "epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be >= 1, learning_rate > 0, "
            "warmup_ratio in [0, 1], weight_decay, grad_clip and max_train_samples >= 0"),
-          (s.benchmark or s.init_from, "set --init_from=<checkpoint> or --benchmark=<train.py out_dir>"))
-    s.seed_list = [int(x) for x in s.seeds.split(',')]
-    missing = [p for t in s.task_list for p in tsv_files(t, s.data_dir).values() if s.data_dir and not os.path.isfile(p)]
+          (c.benchmark or c.init_from, "set --init_from=<checkpoint> or --benchmark=<train.py out_dir>"))
+    seed_list = [int(x) for x in c.seeds.split(',')]
+    missing = [p for t in task_list for p in tsv_files(t, c.data_dir).values() if c.data_dir and not os.path.isfile(p)]
     if missing:  # now, not hours into the run
         raise SystemExit(f"finetune_glue: missing GLUE files: {', '.join(missing)} (pick tasks with --tasks=...)")
-    s.device_type, s.dtype, why, s.ctx, _ = set_up(s.device, s.dtype)
-    print(f"finetune_glue: {s.device}, {s.dtype} ({why})", flush=True)
-    return s
+    device_type, dtype, why, ctx, _ = set_up(c.device, c.dtype)
+    print(f"finetune_glue: {c.device}, {dtype} ({why})", flush=True)
+    return Settings(**{**config, 'dtype': dtype}, task_list=task_list, seed_list=seed_list, device_type=device_type,
+                    ctx=ctx)
 
 
 if __name__ == '__main__':  # a script; the tests import its functions
-    s = settings(configure(globals()))
-    run_benchmark(s.benchmark, s) if s.benchmark else table3(s.init_from, s.out_dir, s)
+    settings = make_settings(configure(globals()))
+    if settings.benchmark:
+        run_benchmark(settings.benchmark, settings)
+    else:
+        table3(settings.init_from, settings.out_dir, settings)

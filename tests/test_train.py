@@ -1,7 +1,6 @@
 import itertools
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -11,12 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from lib import dataloader
-from lib import device
 from lib import checkpoint
-from lib import files
 from model import Bert, BertConfig
-from lib.step import distribute_and_compile, linear_schedule
+from lib.step import linear_schedule
 from conftest import ROOT, run_script
 
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--n_inner=64", "--block_size=64", "--batch_size=8",
@@ -34,200 +30,6 @@ def run_train(*args, check=True):
 def read_log(out_dir, kind):
     with open(os.path.join(out_dir, "log.jsonl")) as f:
         return [r for r in map(json.loads, f) if r["type"] == kind]
-
-
-# ---- schedule, masking, checkpoint files (no training) ---------------------------------------------
-def test_lr_schedule_key_points():
-    lr = lambda it: linear_schedule(it, 1e-4, 10_000, 200_000)
-    assert lr(0) == 0.0
-    assert lr(5_000) == pytest.approx(5e-5)
-    assert lr(10_000) == pytest.approx(1e-4)  # the peak, at the end of warm-up
-    assert lr(105_000) == pytest.approx(5e-5)  # half way down the linear decay
-    assert lr(200_000) == 0.0 and lr(250_000) == 0.0
-    assert linear_schedule(3, 1e-5, 0, 10) == pytest.approx(7e-6)  # no warm-up: decay from the start
-    assert linear_schedule(5, 1e-3, 10, 100, decay=False) == pytest.approx(5e-4)  # warm-up as before
-    assert linear_schedule(10, 1e-3, 10, 100, decay=False) == linear_schedule(
-        10**6, 1e-3, 10, 100, decay=False) == 1e-3  # then constant, past max_iters too
-
-
-def test_masking_statistics_and_reproducibility():
-    n_ordinary, mask_id, specials = 1000, 1003, [1000, 1001, 1002, 1003]
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, n_ordinary, (512, 128), generator=g)
-    x[:, 0], x[:, 60], x[:, -5:] = 1001, 1002, 1000  # [CLS], [SEP], trailing [PAD]
-    inputs, targets, pos = dataloader.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(1))
-    sel = targets != -100
-    assert pos.shape == (512 * round(0.15 * 128),)  # a static count: the head's rows
-    assert torch.equal(torch.sort(pos).values, sel.view(-1).nonzero().squeeze(1))  # exactly the selected positions
-    eligible = x < n_ordinary
-    assert not sel[~eligible].any()  # special tokens and padding are never selected
-    assert torch.equal(targets[sel], x[sel])
-    assert (sel.sum(1) == round(0.15 * 128)).all()  # a fixed count per row: static head shape
-    assert abs(sel.sum().item() / eligible.sum().item() - 0.15) < 0.01
-    masked = (inputs == mask_id) & sel
-    kept = (inputs == x) & sel
-    randomised = sel & ~masked & ~kept
-    n = sel.sum().item()
-    assert abs(masked.sum().item() / n - 0.8) < 0.01
-    assert abs(randomised.sum().item() / n - 0.1) < 0.01
-    assert abs(kept.sum().item() / n - 0.1) < 0.011  # includes random draws that hit the same token
-    assert (inputs[randomised] < n_ordinary).all()
-    assert torch.equal(inputs[~sel], x[~sel])  # unselected positions are untouched
-    again = dataloader.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(1))
-    other = dataloader.mask_tokens(x, 0.15, n_ordinary, mask_id, torch.Generator().manual_seed(2))
-    assert torch.equal(again[0], inputs) and torch.equal(again[1], targets)
-    assert not torch.equal(other[1], targets)
-
-
-def test_masking_short_rows_select_only_real_tokens():
-    x = torch.full((2, 40), 1000)  # mostly padding: fewer eligible tokens than the per-row count
-    x[:, :3] = torch.tensor([5, 6, 7])
-    _, targets, pos = dataloader.mask_tokens(x, 0.15, 1000, 1003, torch.Generator().manual_seed(0))
-    assert ((targets != -100).sum(1) == 3).all()
-    assert pos.numel() == 2 * 6 and (targets.view(-1)[pos] != -100).sum() == 6  # 3 padding rows per sequence
-
-
-def test_frequency_only_loss_by_hand():
-    """U, worked out by hand (as study.py's unigram_loss), and the same from evenly spaced train blocks when the
-    train split is larger than max_tokens."""
-    # ordinary ids 0..3, specials 4..7; train: 0 x4, 1 x2, 2 x1, 3 x0 and specials; blocks of 4
-    train = np.array([[6, 0, 0, 0], [0, 1, 1, 2], [7, 4, 4, 4], [4, 4, 4, 4]], dtype=np.uint16)
-    val = np.array([[6, 0, 1, 3], [7, 4, 4, 4]], dtype=np.uint16)
-    p = np.array([5, 3, 2, 1]) / 11  # add-one smoothed counts of 0..3
-    assert dataloader.frequency_only_loss(train, val, 4) == pytest.approx(-np.log(p[[0, 1, 3]]).mean())
-    u = dataloader.frequency_only_loss(train, val, 4, max_tokens=8)  # blocks 0 and 2: 0 x3
-    assert u == pytest.approx(-np.log(np.array([4, 1, 1, 1])[[0, 1, 3]] / 7).mean())
-
-
-def test_atomic_write_survives_crash_and_full_disk(tmp_path):
-    path = str(tmp_path / "ckpt.pt")
-    checkpoint.save_checkpoint({"iter_num": 1, "w": torch.ones(3)}, path)
-
-    class Boom:
-        def __reduce__(self):
-            raise RuntimeError("simulated crash while writing")
-
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        checkpoint.save_checkpoint({"iter_num": 2, "w": torch.zeros(1000), "x": Boom()}, path)
-
-    def full_disk(f):
-        f.write(b"partial")
-        raise OSError(28, "No space left on device")
-
-    with pytest.raises(SystemExit, match=r"cannot write .*ckpt.pt: No space left on device; it is unchanged"):
-        files.atomic_write(path, full_disk)
-    assert torch.load(path, weights_only=True)["iter_num"] == 1  # the previous checkpoint is intact
-    assert os.listdir(tmp_path) == ["ckpt.pt"]  # and no temporary file is left behind
-
-
-def test_a_full_disk_inside_torch_save_is_one_line_and_stale_temporaries_go(tmp_path):
-    import resource
-    path = str(tmp_path / "ckpt.pt")
-    checkpoint.save_checkpoint({"iter_num": 1}, path)
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, hard))  # a file may not grow past 100 kB: as a full disk
-    try:  # torch's zip writer reports it as 'unexpected pos ...': the OSError is what reaches the user
-        with pytest.raises(SystemExit, match=r"cannot write .*ckpt.pt: File too large; it is unchanged"):
-            checkpoint.save_checkpoint({"iter_num": 2, "w": torch.zeros(100_000)}, path)
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-    assert os.listdir(tmp_path) == ["ckpt.pt"] and torch.load(path, weights_only=True)["iter_num"] == 1
-    (tmp_path / "snapshots").mkdir()
-    dead = subprocess.Popen(["true"])
-    dead.wait()
-    for name in (f"ckpt.pt.tmp.{dead.pid}", f"snapshots/ckpt_0000010.pt.tmp.{dead.pid}", "notes.tmp.txt",
-                 "results.tmp.2", f"ckpt.pt.tmp.{os.getpid()}"):
-        (tmp_path / name).write_bytes(b"x")
-    files.remove_stale_temporaries(str(tmp_path), (r"ckpt\.pt",))
-    files.remove_stale_temporaries(str(tmp_path / "snapshots"), (r"ckpt_\d+\.pt",))
-    assert sorted(os.listdir(tmp_path)) == ["ckpt.pt", f"ckpt.pt.tmp.{os.getpid()}", "notes.tmp.txt",
-                                            "results.tmp.2", "snapshots"]  # a live writer's and a user's: kept
-    assert os.listdir(tmp_path / "snapshots") == []
-
-
-def test_checkpoint_loader_checks(tmp_path):
-    model = Bert(BertConfig(n_layer=1, n_head=2, n_embd=8, n_inner=16, vocab_size=11, block_size=8))
-    good = {"model": model.state_dict(), "model_args": vars(model.config), "iter_num": 5}
-    cases = {"garbage.pt": b"not a checkpoint", "other.pt": {"weights": 1}, "snapshot.pt": good,
-             "nan.pt": {**good, "model": {**good["model"], "head_bias": torch.full((11,), float("nan"))}},
-             "wrong.pt": {**good, "model_args": {**good["model_args"], "n_embd": 16, "n_inner": 16}}}
-    for name, obj in cases.items():
-        if isinstance(obj, bytes):
-            (tmp_path / name).write_bytes(obj)
-        else:
-            torch.save(obj, tmp_path / name)
-    for name, msg in (("garbage.pt", "not a readable checkpoint"), ("other.pt", "not a train.py checkpoint"),
-                      ("nan.pt", "non-finite"), ("wrong.pt", "do not fit its model_args"), ("missing.pt", "no checkpoint")):
-        with pytest.raises(SystemExit, match=msg):
-            checkpoint.load_checkpoint(str(tmp_path / name))
-    assert checkpoint.load_checkpoint(str(tmp_path / "snapshot.pt"))["iter_num"] == 5  # fine to fine-tune or export
-    with pytest.raises(SystemExit, match="model-only snapshot: it cannot be resumed"):
-        checkpoint.load_checkpoint(str(tmp_path / "snapshot.pt"), resume=True)
-
-
-def test_dtype_follows_the_device(monkeypatch, tmp_path):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)  # counts emulation: True on a V100 or T4
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
-    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: False)
-    assert device.resolve_dtype("auto", "cpu")[0] == "float32" and device.resolve_dtype("auto", "mps")[0] == "float32"
-    assert device.resolve_dtype("auto", "cuda")[0] == "float16"
-    assert device.resolve_dtype("bfloat16", "cpu") == ("bfloat16", "as asked")  # what the user asked for stands
-    monkeypatch.setattr(device, "cpu_has_native_bf16", lambda: True)
-    dtype, why = device.resolve_dtype("auto", "cpu")
-    assert dtype == "bfloat16" and "natively" in why and "--dtype=float32" in why
-    assert device.resolve_dtype("auto", "mps")[0] == "float32" and device.resolve_dtype("float32", "cpu")[0] == "float32"
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))  # Ampere and later
-    assert device.resolve_dtype("auto", "cuda") == ("bfloat16", "auto: the GPU computes bf16 natively (compute "
-                                                                 "capability 8.0)")
-    with pytest.raises(SystemExit, match="dtype must be"):
-        device.resolve_dtype("fp8", "cuda")
-
-
-@pytest.mark.parametrize("name,dtype,tflops", [
-    ("NVIDIA H100 80GB HBM3", "bfloat16", 989.4), ("NVIDIA H100 80GB HBM3", "float32", 494.7),  # TF32, not bf16
-    ("NVIDIA H100 NVL", "bfloat16", 835.5), ("NVIDIA H100 PCIe", "float16", 756), ("NVIDIA A10", "bfloat16", 125),
-    ("NVIDIA A100-SXM4-80GB", "float32", 156), ("NVIDIA A10G", "bfloat16", 0), ("NVIDIA GH200 480GB", "bfloat16", 0),
-    ("NVIDIA L40S", "bfloat16", 362), ("NVIDIA L4", "bfloat16", 121), ("NVIDIA A40", "bfloat16", 149.7),
-    ("NVIDIA RTX A4000", "bfloat16", 0), ("Tesla V100-SXM2-16GB", "float16", 125), ("Tesla T4", "bfloat16", 0)])
-def test_gpu_peak_by_name_and_precision(name, dtype, tflops):
-    """Datasheet peaks in the run's precision; an unknown GPU (or a look-alike name) gives 0: MFU left out."""
-    assert device.gpu_peak_flops(name, dtype) == pytest.approx(tflops * 1e12)
-
-
-@pytest.mark.parametrize("flags,native", [("fpu sse avx512f avx512bw avx512_bf16 avx512_vnni", True),
-                                          ("fpu sse amx_bf16 amx_tile", True),
-                                          ("fpu sse avx2 avx512f avx512bw avx512_vnni", False)])  # emulated bf16
-def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, flags, native):
-    info = tmp_path / "cpuinfo"
-    info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
-    assert device.cpu_has_native_bf16(str(info)) is native
-    arm = tmp_path / "arm"
-    arm.write_text("processor\t: 0\nFeatures\t: fp asimd" + (" bf16 i8mm" if native else " asimddp") + "\n")
-    assert device.cpu_has_native_bf16(str(arm)) is native
-    assert device.cpu_has_native_bf16(str(tmp_path / "none")) is False  # not Linux: float32
-
-
-FAULTS = """
-import resource, sys, torch
-from lib import device
-if sys.argv[1] == "1":
-    device.set_up("cpu", "float32")  # as every script that trains or times does
-faults = []
-for _ in range(30):  # a step's pattern: two large buffers made, written, freed
-    r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    a = torch.empty(16_000_000).fill_(1.0); b = torch.empty(8_000_000).fill_(2.0); del a, b
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)
-print(sum(faults[-8:]))  # the heap takes ~10 rounds to grow to what the pattern needs
-"""
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="not glibc: the allocator is left as it is")
-def test_freed_memory_is_kept_on_a_cpu():
-    """Once the heap has grown, a step's large buffers come back without page faults; by default glibc returns each
-    to the kernel and every one faults again (how many depends on the page size, so compared, not counted)."""
-    kept, default = (int(run_script("-c", FAULTS, flag).stdout) for flag in ("1", "0"))
-    assert default > 100 and kept < default / 100
 
 
 # ---- end to end, on the built-in corpus ---------------------------------------------------------------
@@ -305,41 +107,6 @@ def test_ddp_two_processes_match_one(data_dir, tmp_path):  # compiled, as a GPU 
         assert [r["step"] for r in a] == [r["step"] for r in b]
         np.testing.assert_allclose([r["loss"] for r in a], [r["loss"] for r in b], rtol=1e-5)
     assert read_log(one, "train")[-1]["loss"] < read_log(one, "train")[0]["loss"]
-
-
-def test_ddp_wraps_the_model_before_compiling_it(monkeypatch, tmp_path):
-    """DDP, then compile (PyTorch's advice: the compiled graph is split at DDP's buckets, so the gradient all-reduce
-    overlaps the backward); evals use the plain model, compiled on its own, without DDP."""
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda m, **kw: real_compile(m, backend="eager"))  # the structure only
-    store = dist.FileStore(str(tmp_path / "store"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        raw = Bert(BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=97, block_size=16))
-        idx = torch.randint(0, 97, (2, 16))
-        batch = (idx, torch.where(torch.rand(2, 16) < 0.3, idx, -100), None)
-        model, ddp_model, eval_model = distribute_and_compile(raw, True, True, "cpu", 0, batch)
-        assert isinstance(ddp_model, DDP) and ddp_model.module is raw
-        assert model._orig_mod is ddp_model  # compiled around DDP, not DDP around a compiled model
-        assert eval_model._orig_mod is raw
-        model, ddp_model, eval_model = distribute_and_compile(raw, False, True, "cpu", 0, batch)
-        assert ddp_model is None and model._orig_mod is raw and eval_model is model
-    finally:
-        dist.destroy_process_group()
-
-
-def test_compiling_for_a_gpu_works_where_the_cpu_path_sets_inductor_options(monkeypatch):
-    """compile_model's CPU-only branch imports an inductor module; a GPU run takes the other branch, which must still
-    reach torch.compile (it once raised UnboundLocalError there, as the first GPU run showed)."""
-    from lib.step import compile_model
-
-    seen = []
-    monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(m) or m)
-    raw = Bert(BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=97, block_size=16))
-    assert compile_model(raw, "cuda") is raw and compile_model(raw, "cpu") is raw and seen == [raw, raw]
 
 
 def test_a_signal_under_torchrun_waits_for_rank_0s_save(data_dir, tmp_path):
@@ -438,7 +205,6 @@ def test_bad_input_messages(data_dir, tmp_path):
                      ("--batch_size=100000", "prepare more data or use a batch_size <=")]:
         p = run_train(*TINY, bad, f"--dataset={data_dir}", f"--out_dir={tmp_path}/z", check=False)
         assert msg in p.stderr and "Traceback" not in p.stderr, (bad, p.stderr[-500:])
-
 
 
 # ---- no run or result is ever lost or silently wrong -------------------------------------------------------
