@@ -29,8 +29,8 @@ from configurator import check, configure, read_file
 from lib.dataloader import dataset_dir
 from lib.files import read_json, write_json
 from plot import read_evals
-from study import (code_commit, cpu_name, differ, holm, paired_t, read_record, sign_flip_p, tost, unigram_loss,
-                   write_record)
+from lib.stats import holm, paired_t, sign_flip_p, tost
+from study import code_commit, cpu_name, differ, read_record, unigram_loss, write_record
 
 # -----------------------------------------------------------------------------
 base = 'config/study_glue.py'  # the train.py config every arm starts from

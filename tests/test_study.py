@@ -1,7 +1,6 @@
-"""study.py: the censored-time statistics on hand-made numbers with answers worked out by hand, the summary on
-hand-made logs, and the whole command on tiny runs (records written, nothing re-run, the summary rebuilt from the
-committed records alone)."""
-import itertools
+"""study.py: its endpoints, the summary on hand-made logs with answers worked out by hand, and the whole command on
+tiny runs (records written, nothing re-run, the summary rebuilt from the committed records alone). Its statistics:
+test_stats.py."""
 import json
 import os
 import shutil
@@ -13,81 +12,18 @@ import pytest
 
 import study
 from lib.files import lock_dir, unlock_dir
+from lib.stats import holm
 from plot import first_step_below
 from conftest import ROOT
 
 
 
-def test_kaplan_meier_with_a_censored_run_and_ties():
-    # 5 runs: events at 100, 200, 200, 400; one censored at 300 (it leaves the risk set without an event)
-    curve = study.kaplan_meier([100, 200, 200, 300, 400], [True, True, True, False, True])
-    # by hand: 1 - 1/5 = 0.8; x (1 - 2/4) = 0.4; at 400 one run at risk, one event: 0
-    assert curve == [(0, 1.0), (100, pytest.approx(0.8)), (200, pytest.approx(0.4)), (400, pytest.approx(0.0))]
-    assert study.km_median(curve) == 200
-    assert study.rmst(curve, 500) == pytest.approx(100 * 1.0 + 100 * 0.8 + 200 * 0.4 + 100 * 0.0)
-    # censoring is not an event: the same numbers with 300 as an event give another curve
-    assert study.kaplan_meier([100, 200, 200, 300, 400], [True] * 5)[3] == (300, pytest.approx(0.2))
-
-
-def test_km_median_at_exactly_half_despite_rounding():
-    # 10 runs, a tie at 975: survival after the 5th event is 0.9 x 7/9 x 6/7 x 5/6 = 0.5 exactly, which floating
-    # point gives as 0.5000000000000001; the median is still that step (the 5th of 10 sorted), not the next
-    times = [850, 975, 975, 1150, 1175, 1550, 1700, 1725, 1875, 2125]
-    curve = study.kaplan_meier(times, [True] * 10)
-    assert dict(curve)[1175] == pytest.approx(0.5)
-    assert study.km_median(curve) == 1175 == sorted(times)[4]
-
-
-def test_kaplan_meier_all_censored_and_majority_censored():
-    curve = study.kaplan_meier([1500, 1500, 1500], [False, False, False])
-    assert curve == [(0, 1.0)] and study.km_median(curve) is None and study.rmst(curve, 1500) == 1500
-    curve = study.kaplan_meier([800, 1500, 1500], [True, False, False])  # 2 of 3 still on the plateau at the cap
-    assert study.km_median(curve) is None and study.rmst(curve, 1500) == pytest.approx(800 + 700 * 2 / 3)
-
-
-def test_students_t_against_closed_forms_and_scipy():
-    # df = 1 (Cauchy) and df = 2 have closed forms
-    for t in (-30.0, -2.0, -0.3, 0.0, 0.7, 4.0):
-        assert study.t_cdf(t, 1) == pytest.approx(0.5 + np.arctan(t) / np.pi, abs=1e-12)
-        assert study.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * np.sqrt(2 + t * t)), abs=1e-12)
-    assert study.t_quantile(0.975, 2) == pytest.approx(0.95 * np.sqrt(2 / (1 - 0.95 ** 2)), abs=1e-9)  # solved
-    scipy_stats = pytest.importorskip("scipy.stats")
-    for t, df in itertools.product((-5.0, -1.3, 0.2, 2.1, 9.0), (4, 9, 14, 29)):
-        assert study.t_cdf(t, df) == pytest.approx(scipy_stats.t.cdf(t, df), abs=1e-12)
-    d = [-0.42, 0.1, -0.81, -0.2, -0.33, 0.05, -0.6]
-    mean, ci, p = study.paired_t(d)
-    ref = scipy_stats.ttest_1samp(d, 0.0)
-    assert p == pytest.approx(ref.pvalue, rel=1e-9) and ci == pytest.approx(tuple(ref.confidence_interval()), rel=1e-9)
-
-
-def test_paired_t_by_hand():
-    mean, (lo, hi), p = study.paired_t([1.0, 2.0, 3.0])  # mean 2, sd 1, se 1/sqrt(3), df 2
-    h = 0.95 * np.sqrt(2 / (1 - 0.95 ** 2)) / np.sqrt(3)  # t(0.975, 2), from the df = 2 closed form, x se
-    assert mean == 2.0 and lo == pytest.approx(2 - h) and hi == pytest.approx(2 + h)
-    t = 2 * np.sqrt(3)  # df = 2: P(|T| > t) = 1 - t / sqrt(2 + t^2)
-    assert p == pytest.approx(1 - t / np.sqrt(2 + t * t))
-    assert study.paired_t([0.5, 0.5]) == (0.5, (0.5, 0.5), 0.0)  # no spread at all
-
-
-def test_exact_sign_flip_holm_and_tost_by_hand():
-    assert study.sign_flip_p([0.1, 0.2, 0.3, 0.4, 0.5]) == 2 / 32  # all one sign: the smallest p at n = 5
-    assert study.sign_flip_p([1.0, -1.0]) == 1.0
-    # [3, -1, 2]: sums over the 8 sign patterns: +-(3-1+2)=4, +-(3+1+2)=6, +-(3-1-2)=0, +-(-3-1+2)=2 -> |sum| >= 4: 4
-    assert study.sign_flip_p([3.0, -1.0, 2.0]) == 4 / 8
-    assert study.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])  # 3 x 0.01, 2 x 0.03, max(1 x 0.04)
-    assert study.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
-    ci, p = study.tost([0.01, -0.02, 0.0, 0.02, -0.01], 0.5)  # tight around 0: inside a wide margin
-    assert -0.5 < ci[0] < ci[1] < 0.5 and p < 0.001
-    ci, p = study.tost([0.3, -0.4, 0.5, -0.2, 0.1], 0.1)  # wide: not shown
-    assert ci[0] < -0.1 and p > 0.05
-
-
-def test_spearman_and_the_entropy_endpoint():
-    assert study.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert study.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+def test_the_rank_correlation_and_the_entropy_endpoint():
     ties = np.corrcoef([1, 2.5, 2.5, 4], [1, 3, 2, 4])[0, 1]  # the tied pair shares rank 2.5
-    assert study.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(ties)
-    assert study.spearman([1, 1, 1], [1, 2, 3]) is None and study.spearman([1, 2], [1, 2]) is None
+    assert study.rank_correlation([(1, 1), (2, 3), (2, 2), (3, 4)]) == pytest.approx(ties)
+    # undefined (a constant side) or two pairs (always +-1): None, null in the summary (JSON has no nan)
+    assert study.rank_correlation([(100, 1), (100, 2), (100, 3)]) is None
+    assert study.rank_correlation([(1, 1), (2, 2)]) is None and study.rank_correlation([]) is None
     ent = lambda steps: [{"step": s, "loss": 9.0, "attn_entropy": [e, e]} for s, e in steps]
     # step 25: 0.9; the first eval after it below 0.8 x 0.9 = 0.72 is step 75 (0.71), not step 50 (0.73)
     assert study.entropy_step(ent([(0, 1.0), (25, 0.9), (50, 0.73), (75, 0.71), (100, 0.5)])) == 75
@@ -171,7 +107,7 @@ def test_comparisons_holm_within_a_family_and_the_new_seeds_alone(monkeypatch):
             "symmetric": arm([-0.3, -0.2, -0.25, -0.35])}
     c = {(x["arm"], x["endpoint"]): x for x in study.censored_summary(runs, 5.0, 100)["comparisons"]}
     primary = [c[("pairwise", "loss_at_50")], c[("original_scaled", "loss_at_50")]]
-    assert [x["p_holm"] for x in primary] == pytest.approx(study.holm([x["p_t"] for x in primary]))
+    assert [x["p_holm"] for x in primary] == pytest.approx(holm([x["p_t"] for x in primary]))
     sym = c[("symmetric", "loss_at_50")]  # the same numbers as pairwise, but alone in its family: no adjustment
     assert sym["p_t"] == pytest.approx(primary[0]["p_t"]) and sym["p_holm"] == sym["p_t"] < primary[0]["p_holm"]
     new = primary[0]["new_seeds"]  # seeds 7, 8, 9 (NEW_SEEDS = 7): the replication
