@@ -15,27 +15,22 @@ does runs to the cap (the base config's max_iters). The uncensored endpoint is t
 every run reaches.
 Interrupted runs are resumed from out/study/; re-running the command continues.
 """
-import datetime
-import json
 import math
 import os
-import platform
 import signal
-import subprocess
-import sys
-import time
+from functools import partial
 
 import numpy as np
-import torch
 
 import plot
+from configurator import check, configure, read_file
 from lib.checkpoint import load_checkpoint
-from configurator import check, configure, oneline, read_file, script_defaults
-from lib.dataloader import dataset_dir, load_dataset
-from lib.files import atomic_write, lock_dir, locked, write_json
-from plot import first_step_below, read_evals
-from lib.run import END_KEYS, MACHINE_KEYS, run_changes
+from lib.dataloader import dataset_dir
+from lib.files import lock_dir, write_json
+from lib.jobs import RUN_KEYS_IGNORED, Job, differ, read_record, run_jobs, unigram_loss, write_record
+from lib.run import END_KEYS
 from lib.stats import holm, kaplan_meier, km_median, paired_t, rmst, sign_flip_p, spearman, tost
+from plot import first_step_below, read_evals
 
 # -----------------------------------------------------------------------------
 base = 'config/study.py'  # the train.py config every arm starts from
@@ -83,7 +78,6 @@ REFERENCES = {'primary': ['original'], 'exploratory': ['original'], 'start_or_st
 EQUIVALENCE = ('original_scaled', 'pairwise', np.log(1.25))  # TOST on log steps: a margin fixed before the runs
 ENTROPY_DROP, ENTROPY_REF = 0.8, 25  # the entropy endpoint: mean entropy < 0.8 x its value at step 25 (docs/study.md)
 NEW_SEEDS = 7  # seeds from here on were run after the second stage was fixed: the replication
-RUN_KEYS_IGNORED = tuple(k for k in MACHINE_KEYS if k != 'dtype')  # where a run ran; its precision counts
 
 
 # ----------------------------------------------------------------------------- endpoints
@@ -107,80 +101,6 @@ def rank_correlation(pairs):
     return None if math.isnan(rho) else rho
 
 
-def unigram_loss(data_dir, block_size, batch_size, eval_iters):
-    """U: the cross-entropy of predicting each eval token from its frequency in train.bin (add-one smoothed),
-    over the ordinary tokens of the eval blocks train.py uses (the first eval_iters * batch_size of val.bin).
-    Masking picks positions uniformly among those tokens, so U is the expected eval loss of that predictor."""
-    train_data, val_data, meta = load_dataset(data_dir, None, block_size)
-    n = min(meta['special'].values())
-    tokens = np.asarray(train_data).reshape(-1)
-    counts = np.bincount(tokens[tokens < n], minlength=n) + 1.0
-    val = np.asarray(val_data[:eval_iters * batch_size]).reshape(-1)
-    return float(-np.log(counts / counts.sum())[val[val < n]].mean())
-
-
-# ----------------------------------------------------------------------------- runs and records
-def read_record(path):
-    """(head, eval records) of a committed run record, head holding the run's config and U; None if there is none."""
-    if not os.path.exists(path):
-        return None
-    try:  # every line whole: a record is written at once (atomic_write), so a cut or damaged one is never read
-        with open(path, 'rb') as f:
-            lines = f.read().split(b'\n')
-        if lines[-1]:
-            raise ValueError("its last line is cut")
-        head, _ = json.loads(lines[0]), [json.loads(line) for line in lines[1:-1]]
-        head['config'], head['unigram_loss']
-    except (OSError, ValueError, KeyError, TypeError) as e:  # a bad byte (UnicodeDecodeError) is a ValueError
-        raise SystemExit(f"study: {path} is not a whole study record ({oneline(e)}): restore it (git checkout "
-                         f"{path}) or move it away and run again")
-    try:
-        return head, read_evals(path)
-    except SystemExit as e:
-        raise SystemExit(f"study: {e}; move it away and run again")
-
-
-def write_record(path, run, command, u):
-    """The run's settings and its eval records (from out_dir/log.jsonl) as the committed record."""
-    settings = load_checkpoint(os.path.join(run, 'ckpt.pt'))['config']
-    head = {'type': 'config', 'config': settings, 'unigram_loss': u, 'command': command, 'torch': torch.__version__,
-            'machine': f"{platform.machine()}, {os.cpu_count()} cores", 'cpu': cpu_name(), 'commit': code_commit(),
-            'date': datetime.date.today().isoformat()}
-    lines = [json.dumps(head)] + [json.dumps({k: round(v, 4) if isinstance(v, float) and k != 'loss' else  # loss
-                                                 [round(e, 4) for e in v] if isinstance(v, list) else v  # exact: the
-                                              for k, v in r.items()}) for r in read_evals(run)]  # criterion reads it
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    atomic_write(path, lambda f: f.write('\n'.join(lines) + '\n'), mode='w')
-
-
-def cpu_name():
-    try:
-        with open('/proc/cpuinfo') as f:
-            names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
-    except OSError:
-        names = []
-    return names[0] if names else platform.processor()
-
-
-def code_commit():
-    """The git commit of the code that trains (runs train from a clone of a fixed commit), '+changes' if its tracked
-    files differ from it; None outside git."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    git = lambda *a: subprocess.run(['git', '-C', here, *a], capture_output=True, text=True)
-    head = git('rev-parse', 'HEAD')
-    if head.returncode:
-        return None
-    return head.stdout.strip() + ('+changes' if git('status', '--porcelain', '--untracked-files=no').stdout else '')
-
-
-def differ(have, cmd):
-    """What makes the run made with the settings `have` another run than the train.py command cmd asks for (not
-    where it ran, nor how far: see run.run_changes). A setting newer than the run counts at train.py's default,
-    which is what the run did."""
-    have = {**script_defaults(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'train.py')), **have}
-    return run_changes(have, configure(dict(have), argv=cmd), ignore=RUN_KEYS_IGNORED)
-
-
 def stop_level(u):
     """Runs go on until the deepest criterion of the sweep is met (else its drops above `drop` would be censored by
     the run's own progress, not by the cap)."""
@@ -193,7 +113,7 @@ def record_complete(evals, u, cap):
     return last >= cap or (first_step_below(evals, stop_level(u)) is not None and last >= min_steps)
 
 
-# ----------------------------------------------------------------------------- the study
+# ----------------------------------------------------------------------------- the runs
 def plan_runs():
     arm_list = arms.split(',') if arms else list(ARMS)
     check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
@@ -209,11 +129,19 @@ def plan_runs():
     return sorted(plan, key=lambda p: (int(p[1]), arm_list.index(p[0])))  # seed-major: a partial study has every arm
 
 
+def finish(rec, run, command, u, level):
+    """A run that ended well: its record written; how far it went and when it met the criterion."""
+    write_record(rec, run, command, u)
+    evals = read_evals(run)
+    return f"step {evals[-1]['step']}, criterion met at step {first_step_below(evals, level)}; record: {rec}"
+
+
 def run_all(plan, u, cap):
     """Trains the runs whose records are missing or unfinished, `jobs` at a time; writes each record as it ends."""
     todo, level = [], u - drop
     for arm, sd, cmd in plan:
-        rec, run = read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")), os.path.join(out_dir, f"{arm}_s{sd}")
+        path, run = os.path.join(records, f"{arm}_s{sd}.jsonl"), os.path.join(out_dir, f"{arm}_s{sd}")
+        rec = read_record(path)
         changed = differ(rec[0]['config'], cmd) if rec else []
         if changed:
             raise SystemExit(f"study: {records}/{arm}_s{sd}.jsonl is a run of other settings ({', '.join(changed)}): "
@@ -224,45 +152,16 @@ def run_all(plan, u, cap):
         resume = os.path.exists(ckpt) and not differ(load_checkpoint(ckpt, resume=True)['config'], cmd)
         if os.path.exists(ckpt) and not resume:
             raise SystemExit(f"study: {run} holds a run of other settings: move it away or use another --out_dir")
-        stop = [f'--target_loss={stop_level(u)}', f'--min_iters={min_steps}']  # train.py stops once it is met
-        todo.append((arm, sd, cmd + stop + [f'--out_dir={run}'] + (['--init_from=resume'] if resume else []), run))
-    env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
-    running = {}
+        cmd = cmd + [f'--target_loss={stop_level(u)}', f'--min_iters={min_steps}', f'--out_dir={run}'] + \
+            (['--init_from=resume'] if resume else [])  # train.py stops once it has met both
+        todo.append(Job(run, run, 'train.txt', ['train.py', *cmd],
+                        partial(finish, path, run, ' '.join(['python train.py', *cmd]), u, level)))
     print(f"study: {len(plan) - len(todo)} of {len(plan)} runs recorded in {records}/; {len(todo)} to train, {jobs} "
           f"at a time; criterion: eval loss <= {level:.4f}", flush=True)
-    try:
-        while todo or running:
-            while todo and len(running) < jobs:
-                arm, sd, cmd, run = todo.pop(0)
-                with locked(run, 'study.py'):  # another study or train.py there: one line, nothing started
-                    pass
-                with open(os.path.join(run, 'train.txt'), 'a') as f:
-                    p = subprocess.Popen([sys.executable, 'train.py', *cmd], stdout=f, stderr=subprocess.STDOUT, env=env)
-                running[run] = (p, arm, sd, cmd, time.time())
-                print(f"  started {run}", flush=True)
-            time.sleep(2)
-            for run, (p, arm, sd, cmd, t0) in list(running.items()):
-                if p.poll() is None:
-                    continue
-                del running[run]
-                if p.returncode:
-                    with open(os.path.join(run, 'train.txt'), errors='replace') as f:
-                        last = (f.read().strip().splitlines() or [''])[-1]
-                    raise SystemExit(f"study: {run} failed (exit {p.returncode}): {last}")
-                write_record(os.path.join(records, f"{arm}_s{sd}.jsonl"), run, ' '.join(['python train.py', *cmd]), u)
-                evals = read_evals(run)
-                print(f"  done {run} in {(time.time() - t0) / 60:.1f} min: step {evals[-1]['step']}, criterion met at "
-                      f"step {first_step_below(evals, level)}; record: {records}/{arm}_s{sd}.jsonl", flush=True)
-    except BaseException:  # Ctrl-C or a failed run: the others save their checkpoint and stop
-        for p, *_ in running.values():
-            p.send_signal(signal.SIGINT)
-        for p, *_ in running.values():
-            p.wait()
-        if sys.exc_info()[0] is KeyboardInterrupt:
-            raise SystemExit("study: interrupted; the same command continues where it stopped")
-        raise
+    run_jobs(todo, jobs, threads, 'study')
 
 
+# ----------------------------------------------------------------------------- the summary
 def run_endpoints(evals, u, cap):
     """One run's endpoints: steps to the criterion (None: censored), the log of those steps (a censored run counts
     as the cap: conservative), the eval loss at loss_step and at the cap, the entropy step and its log (a run

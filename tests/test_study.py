@@ -1,6 +1,6 @@
 """study.py: its endpoints, the summary on hand-made logs with answers worked out by hand, and the whole command on
 tiny runs (records written, nothing re-run, the summary rebuilt from the committed records alone). Its statistics:
-test_stats.py."""
+test_stats.py; the launcher and the records: test_jobs.py."""
 import json
 import os
 import shutil
@@ -12,6 +12,7 @@ import pytest
 
 import study
 from lib.files import lock_dir, unlock_dir
+from lib.jobs import read_record, unigram_loss
 from lib.stats import holm
 from plot import first_step_below
 from conftest import ROOT
@@ -29,22 +30,6 @@ def test_the_rank_correlation_and_the_entropy_endpoint():
     assert study.entropy_step(ent([(0, 1.0), (25, 0.9), (50, 0.73), (75, 0.71), (100, 0.5)])) == 75
     assert study.entropy_step(ent([(0, 1.0), (25, 0.9), (50, 0.85)])) is None
     assert study.entropy_step([{"step": 25, "loss": 9.0}]) is None  # no diagnostics recorded
-
-
-def test_unigram_loss_by_hand(tmp_path):
-    d = tmp_path / "d"
-    d.mkdir()
-    # ordinary ids 0..3, specials 4..7; train: 0 x4, 1 x2, 2 x1, 3 x0 and specials; blocks of 8
-    train = np.array([6, 0, 0, 0, 0, 1, 1, 2, 7, 4, 4, 4, 4, 4, 4, 4], dtype=np.uint16)
-    val = np.array([6, 0, 1, 3, 7, 4, 4, 4, 6, 2, 2, 2, 2, 2, 2, 7], dtype=np.uint16)
-    train.tofile(d / "train.bin")
-    val.tofile(d / "val.bin")
-    (d / "meta.json").write_text(json.dumps({"vocab_size": 8, "block_size": 8, "train_blocks": 2, "val_blocks": 2,
-                                             "dtype": "uint16", "special": {"pad": 4, "cls": 6, "sep": 7, "mask": 5}}))
-    p = np.array([5, 3, 2, 1]) / 11  # add-one smoothed counts of 0..3
-    # eval blocks: the first eval_iters * batch_size = 1 block: tokens 0, 1, 3
-    assert study.unigram_loss(str(d), 8, 1, 1) == pytest.approx(-np.log(p[[0, 1, 3]]).mean())
-    assert study.unigram_loss(str(d), 8, 2, 1) == pytest.approx(-np.log(p[[0, 1, 3, 2, 2, 2, 2, 2, 2]]).mean())
 
 
 def evals(losses, step=25):
@@ -122,7 +107,7 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
                     'batch_size = 8\ngradient_accumulation_steps = 1\nmax_iters = 12\nlearning_rate = 1e-2\n'
                     'warmup_iters = 2\ndecay_lr = False\neval_interval = 2\neval_iters = 2\nlog_interval = 2\n'
                     'checkpoint_interval = 0\ncompile = False\ndtype = "float32"\n')
-    u = study.unigram_loss(str(data), 64, 8, 2)
+    u = unigram_loss(str(data), 64, 8, 2)
     args = [sys.executable, "study.py", f"--base={base}", "--arms=original,pairwise", "--seeds=1,2", "--drop=-2.5",
             "--min_steps=8", "--loss_step=8", "--sweep=-2.5,-1", f"--out_dir={tmp_path}/runs",
             f"--records={tmp_path}/rec", f"--summary={tmp_path}/study.json", f"--figures={tmp_path}/fig"]
@@ -135,7 +120,7 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
     assert s["unigram_loss"] == pytest.approx(u) and s["level"] == pytest.approx(u + 2.5) and s["cap"] == 12
     for arm in ("original", "pairwise"):
         for sd in ("1", "2"):
-            head, ev = study.read_record(str(tmp_path / "rec" / f"{arm}_s{sd}.jsonl"))
+            head, ev = read_record(str(tmp_path / "rec" / f"{arm}_s{sd}.jsonl"))
             assert head["config"]["seed"] == int(sd) and head["config"]["attention_type"] == arm
             head_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
             assert head["commit"].split("+")[0] == head_commit.stdout.strip()  # the code that trained it
@@ -168,18 +153,6 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
     assert p.returncode == 0 and "not yet run: symmetric_s1, symmetric_s2" in p.stdout, p.stderr
     assert json.loads((tmp_path / "part.json").read_text())["missing"] == ["symmetric_s1", "symmetric_s2"]
 
-
-
-def test_a_record_older_than_a_setting_counts_it_at_its_default(tmp_path):
-    """A record made before train.py had a setting ran with its default: a base config that sets it to the default
-    asks for the same run; to another value, for another run."""
-    base = tmp_path / "b.py"
-    base.write_text("learning_rate = 1e-3\nsave_interval = 25\nqk_lr_scale = 1.0\n")
-    old = {k: v for k, v in study.script_defaults(os.path.join(ROOT, "train.py")).items()
-           if k not in ("save_interval", "qk_lr_scale")}
-    old["learning_rate"] = 1e-3
-    assert study.differ(old, [str(base)]) == []
-    assert study.differ(old, [str(base), "--qk_lr_scale=8.0"]) == ["qk_lr_scale 1.0 -> 8.0"]
 
 
 def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
@@ -241,7 +214,7 @@ def test_the_prose_plan_summarises_its_committed_records(tmp_path):
     s = json.loads((tmp_path / "prose.json").read_text())
     assert s["base_config"] == "config/study_prose.py" and s["min_steps"] == 3000 and s["loss_step"] == 1000
     assert set(s["arms"]) <= {"original", "pairwise", "original_scaled", "original_heat"} and "original" in s["arms"]
-    head, evals = study.read_record(os.path.join(ROOT, "assets", "study_prose", "original_s2.jsonl"))
+    head, evals = read_record(os.path.join(ROOT, "assets", "study_prose", "original_s2.jsonl"))
     assert s["per_arm"]["original"]["loss_at_1000"]["per_seed"]["2"] == study.loss_at(evals, 1000)
     assert s["unigram_loss"] == pytest.approx(head["unigram_loss"])
 
