@@ -101,32 +101,28 @@ def rank_correlation(pairs):
     return None if math.isnan(rho) else rho
 
 
-def stop_level(u):
+def stop_level(u, drop, sweep):
     """Runs go on until the deepest criterion of the sweep is met (else its drops above `drop` would be censored by
     the run's own progress, not by the cap)."""
-    return u - max([drop] + [float(x) for x in sweep.split(',') if x])
+    return u - max([drop, *sweep])
 
 
-def record_complete(evals, u, cap):
-    """The record has all the study needs: the run reached the cap, or met the deepest criterion and min_steps."""
+def record_complete(evals, cap, stop, min_steps):
+    """The record has all the study needs: the run reached the cap, or met the stop level and min_steps."""
     last = evals[-1]['step']
-    return last >= cap or (first_step_below(evals, stop_level(u)) is not None and last >= min_steps)
+    return last >= cap or (first_step_below(evals, stop) is not None and last >= min_steps)
 
 
 # ----------------------------------------------------------------------------- the runs
-def plan_runs():
+def plan_runs(arms, seeds, first_seed, base, train_args):
+    """[(arm, seed, train.py arguments)], seed-major: a partial study has every arm. arms: a comma list of ARMS, ''
+    = all; seeds: a comma list, '' = each family's number of seeds (SEEDS) from first_seed on."""
     arm_list = arms.split(',') if arms else list(ARMS)
-    check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
-          (all(s.isdigit() for s in seeds.split(',')) if seeds else True, "seeds must be a comma list of integers"),
-          (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
-          (records.strip() and out_dir.strip(), "records and out_dir must name folders (an unset shell variable?)"),
-          )
     plan = []
     for arm in arm_list:
         for sd in (seeds.split(',') if seeds else [str(first_seed + i) for i in range(SEEDS[ARMS[arm][2]])]):
-            cmd = [base, *ARMS[arm][1], f'--seed={sd}', *train_args.split()]
-            plan.append((arm, sd, cmd))
-    return sorted(plan, key=lambda p: (int(p[1]), arm_list.index(p[0])))  # seed-major: a partial study has every arm
+            plan.append((arm, sd, [base, *ARMS[arm][1], f'--seed={sd}', *train_args.split()]))
+    return sorted(plan, key=lambda p: (int(p[1]), arm_list.index(p[0])))
 
 
 def finish(rec, run, command, u, level):
@@ -136,9 +132,10 @@ def finish(rec, run, command, u, level):
     return f"step {evals[-1]['step']}, criterion met at step {first_step_below(evals, level)}; record: {rec}"
 
 
-def run_all(plan, u, cap):
-    """Trains the runs whose records are missing or unfinished, `jobs` at a time; writes each record as it ends."""
-    todo, level = [], u - drop
+def run_all(plan, u, cap, level, stop, min_steps, records, out_dir, jobs, threads):
+    """Trains the runs whose records are missing or unfinished, `jobs` at a time, each until it has met the stop
+    level and min_steps (or the cap); writes each record as it ends."""
+    todo = []
     for arm, sd, cmd in plan:
         path, run = os.path.join(records, f"{arm}_s{sd}.jsonl"), os.path.join(out_dir, f"{arm}_s{sd}")
         rec = read_record(path)
@@ -146,13 +143,13 @@ def run_all(plan, u, cap):
         if changed:
             raise SystemExit(f"study: {records}/{arm}_s{sd}.jsonl is a run of other settings ({', '.join(changed)}): "
                              "move it away or use another --records")
-        if rec and record_complete(rec[1], u, cap):
+        if rec and record_complete(rec[1], cap, stop, min_steps):
             continue
         ckpt = os.path.join(run, 'ckpt.pt')
         resume = os.path.exists(ckpt) and not differ(load_checkpoint(ckpt, resume=True)['config'], cmd)
         if os.path.exists(ckpt) and not resume:
             raise SystemExit(f"study: {run} holds a run of other settings: move it away or use another --out_dir")
-        cmd = cmd + [f'--target_loss={stop_level(u)}', f'--min_iters={min_steps}', f'--out_dir={run}'] + \
+        cmd = cmd + [f'--target_loss={stop}', f'--min_iters={min_steps}', f'--out_dir={run}'] + \
             (['--init_from=resume'] if resume else [])  # train.py stops once it has met both
         todo.append(Job(run, run, 'train.txt', ['train.py', *cmd],
                         partial(finish, path, run, ' '.join(['python train.py', *cmd]), u, level)))
@@ -162,7 +159,7 @@ def run_all(plan, u, cap):
 
 
 # ----------------------------------------------------------------------------- the summary
-def run_endpoints(evals, u, cap):
+def run_endpoints(evals, u, cap, drop, loss_step):
     """One run's endpoints: steps to the criterion (None: censored), the log of those steps (a censored run counts
     as the cap: conservative), the eval loss at loss_step and at the cap, the entropy step and its log (a run
     whose entropy never drops counts as its last step)."""
@@ -191,11 +188,12 @@ def compare(arm_runs, ref_runs, endpoint):
     return out
 
 
-def censored_summary(runs, u, cap):
+def censored_summary(runs, u, cap, drop, loss_step, sweep):
     """runs: {arm: {seed: evals}} -> the summary: per arm the runs that met the criterion, the Kaplan-Meier median
     and restricted mean steps, the eval loss at loss_step, the entropy endpoint and how it goes with the exit; the
     paired comparisons of each arm with its references (t-intervals, t and exact sign-flip tests, Holm within each
-    family and endpoint, the new seeds alone); the equivalence test; the medians at every drop of the sweep."""
+    family and endpoint, the new seeds alone); the equivalence test; the medians at every drop of the sweep (a list
+    of drops)."""
     def censored(t, evals):  # (time, event) for Kaplan-Meier: a run without the event leaves at its last step
         return (t, True) if t is not None else (evals[-1]['step'], False)
 
@@ -203,7 +201,7 @@ def censored_summary(runs, u, cap):
 
     level = u - drop
     runs = {arm: {sd: [r for r in e if r['step'] <= cap] for sd, e in rs.items()} for arm, rs in runs.items()}
-    ends = {arm: {sd: run_endpoints(e, u, cap) for sd, e in rs.items()} for arm, rs in runs.items()}
+    ends = {arm: {sd: run_endpoints(e, u, cap, drop, loss_step) for sd, e in rs.items()} for arm, rs in runs.items()}
     out = {'per_arm': {}, 'comparisons': [], 'equivalence': None, 'sweep': {}}
     for arm, rs in runs.items():
         tt, ev = zip(*[times(e, level) for e in rs.values()])
@@ -245,7 +243,7 @@ def censored_summary(runs, u, cap):
             out['equivalence'] = {'arm': arm, 'reference': ref, 'endpoint': 'log_steps', 'margin': float(margin),
                                   'n': len(both), 'ci90': [float(ci[0]), float(ci[1])], 'p_tost': float(p),
                                   'shown': bool(-margin < ci[0] and ci[1] < margin)}
-    for d in (float(x) for x in sweep.split(',') if x):
+    for d in sweep:
         out['sweep'][f"{d:g}"] = {
             arm: {'km_median': km_median(kaplan_meier(*zip(*[times(e, u - d) for e in rs.values()]))),
                   'reached': sum(first_step_below(e, u - d) is not None for e in rs.values()), 'n': len(rs)}
@@ -253,7 +251,7 @@ def censored_summary(runs, u, cap):
     return out
 
 
-def survival_figure(per_arm, cap, path):
+def survival_figure(per_arm, cap, drop, path):
     plt = plot.pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=150)
     for arm, a in per_arm.items():
@@ -272,7 +270,7 @@ def fmt_steps(a, cap):
     return str(a['km_median']) if a['km_median'] is not None else f"> {cap}"
 
 
-def base_settings():
+def base_settings(base, min_steps, loss_step):
     """The base config's own settings, checked, and the cap (its max_iters)."""
     base_cfg = read_file(base)
     need = ('dataset', 'max_iters', 'block_size', 'batch_size', 'eval_iters', 'eval_interval')
@@ -285,11 +283,11 @@ def base_settings():
     return base_cfg, cap
 
 
-def read_records(plan):
+def read_records(plan, records):
     return {(arm, sd): read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")) for arm, sd, _ in plan}
 
 
-def unigram_level(recs, base_cfg):
+def unigram_level(recs, base_cfg, records, train):
     """U: from the data when the study trains (checked against the records' own), else from the records (a fresh
     clone has no data/)."""
     us = {round(r[0]['unigram_loss'], 6) for r in recs.values() if r}
@@ -304,12 +302,13 @@ def unigram_level(recs, base_cfg):
     return u
 
 
-def finished_runs(plan, recs, u, cap):
-    """({arm: {seed: evals}} of the finished runs that match the plan, the names of the others, the shared settings)."""
+def finished_runs(plan, recs, cap, stop, min_steps, records):
+    """({arm: {seed: evals}} of the finished runs that match the plan, the names of the others, the shared settings):
+    finished, a run reached the cap or met the stop level and min_steps."""
     runs, missing, shared, short = {}, [], {}, []
     for arm, sd, cmd in plan:
         rec = recs[(arm, sd)]
-        if rec and not differ(rec[0]['config'], cmd) and record_complete(rec[1], u, cap):
+        if rec and not differ(rec[0]['config'], cmd) and record_complete(rec[1], cap, stop, min_steps):
             runs.setdefault(arm, {})[sd], shared = rec[1], rec[0]['config']
         elif rec and not differ(rec[0]['config'], cmd):  # a record ends where its run did: this one was cut
             short.append(f"{arm}_s{sd}.jsonl (last step {rec[1][-1]['step']})")
@@ -329,7 +328,7 @@ ENDPOINT_NAMES = {'log_steps': 'steps to the criterion (ratio, arm / reference)'
                   'loss_at_cap': 'eval loss at the cap (difference, nats)'}
 
 
-def comparison_table(comparisons, endpoint):
+def comparison_table(comparisons, endpoint, loss_step):
     """One endpoint's paired comparisons as a Markdown table: log endpoints as ratios of steps."""
     ratio = endpoint.startswith('log_')
     num = (lambda x: f"{math.exp(x):.2f}") if ratio else (lambda x: f"{x:+.3f}")
@@ -349,7 +348,7 @@ def comparison_table(comparisons, endpoint):
               f"{c['p_holm']:.3g} | {rep} |")
 
 
-def entropy_figure(runs, per_arm, path):
+def entropy_figure(runs, per_arm, drop, path):
     """Per arm, each seed's mean attention entropy against steps (thin lines), its entropy step (o) and the step it
     met the criterion (x)."""
     plt = plot.pyplot()
@@ -392,13 +391,28 @@ def per_seed_table(per_arm, cap):
         print(f"| {sd} | " + " | ".join(cell(a, sd) for a in per_arm.values()) + " |")
 
 
-def report(runs, missing, shared, u, cap):
-    """The summary's tables (Markdown, printed), assets/study.json and the figures."""
-    s, level = censored_summary(runs, u, cap), u - drop
-    print(f"\ncriterion: eval loss <= U - {drop:g} = {level:.4f} (U = {u:.4f}, the unigram predictor's eval loss); "
-          f"cap {cap} steps\n\n| arm | seeds | met the criterion | median steps (Kaplan-Meier) | restricted mean steps "
-          f"| eval loss at {loss_step}: mean (sd) | median entropy step (Kaplan-Meier) | entropy step vs exit: "
-          f"Spearman, median lag |\n|---|---|---|---|---|---|---|---|")
+def summarize(runs, missing, shared, u, cap, drop, loss_step, sweep, min_steps, base):
+    """The summary (assets/study.json): the criterion and settings, then censored_summary's results."""
+    overridden = {o.split('=')[0] for _, overrides, _ in ARMS.values() for o in overrides}
+    return {
+        'criterion': f"first eval step with eval loss <= U - {drop:g}, U = {u:.5f} (unigram predictor); cap {cap}",
+        'unigram_loss': u, 'level': u - drop, 'drop': drop, 'cap': cap, 'min_steps': min_steps,
+        'loss_step': loss_step, 'base_config': base,
+        'entropy_endpoint': f"first eval step after {ENTROPY_REF} with mean attention entropy < {ENTROPY_DROP:g} x "
+                            f"its step-{ENTROPY_REF} value",
+        'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + END_KEYS + ('seed',)
+                     and f'--{k}' not in overridden},
+        'arms': {a: {'label': ARMS[a][0], 'overrides': ARMS[a][1], 'family': ARMS[a][2]} for a in runs},
+        'missing': missing, **censored_summary(runs, u, cap, drop, loss_step, sweep)}
+
+
+def report(s):
+    """The summary's tables, in Markdown (docs/study.md pastes them)."""
+    cap, loss_step = s['cap'], s['loss_step']
+    print(f"\ncriterion: eval loss <= U - {s['drop']:g} = {s['level']:.4f} (U = {s['unigram_loss']:.4f}, the unigram "
+          f"predictor's eval loss); cap {cap} steps\n\n| arm | seeds | met the criterion | median steps (Kaplan-Meier) "
+          f"| restricted mean steps | eval loss at {loss_step}: mean (sd) | median entropy step (Kaplan-Meier) | "
+          f"entropy step vs exit: Spearman, median lag |\n|---|---|---|---|---|---|---|---|")
     for arm, a in s['per_arm'].items():
         l, ev = a[f'loss_at_{loss_step}'], a['entropy_vs_exit']
         loss = f"{l['mean']:.3f}" + (f" ({l['sd']:.3f})" if l['sd'] is not None else "") if l else "-"
@@ -408,7 +422,7 @@ def report(runs, missing, shared, u, cap):
         print(f"| {ARMS[arm][0]} | {len(a['seeds'])} | {a['reached']} of {a['n']} | {fmt_steps(a, cap)} "
               f"| {a['rmst']:.0f} | {loss} | {ent} | {rel} |")
     for endpoint in ('log_steps', f'loss_at_{loss_step}', 'log_entropy_step', 'loss_at_cap'):
-        comparison_table(s['comparisons'], endpoint)
+        comparison_table(s['comparisons'], endpoint, loss_step)
     e = s['equivalence']
     if e:
         print(f"\nEquivalence, {ARMS[e['arm']][0]} - {ARMS[e['reference']][0]}, steps to the criterion: 90% interval "
@@ -417,41 +431,45 @@ def report(runs, missing, shared, u, cap):
               f"{e['p_tost']:.3g}): {'shown' if e['shown'] else 'not shown'}")
     print("\n*Median steps to each level of the sweep (Kaplan-Meier: a run that never reaches a level is censored "
           "at its last step; in brackets the runs that reached it):*\n\n| drop (nats below U) | "
-          + " | ".join(ARMS[a][0] for a in runs) + " |\n|---|" + "---|" * len(runs))
+          + " | ".join(ARMS[a][0] for a in s['per_arm']) + " |\n|---|" + "---|" * len(s['per_arm']))
     for d, row in s['sweep'].items():
         print(f"| {d} | " + " | ".join(f"{fmt_steps(r, cap)} ({r['reached']}/{r['n']})" for r in row.values())
               + " |")
     per_seed_table(s['per_arm'], cap)
-    if summary:
-        overridden = {o.split('=')[0] for _, overrides, _ in ARMS.values() for o in overrides}
-        write_json(summary, {
-            'criterion': f"first eval step with eval loss <= U - {drop:g}, U = {u:.5f} (unigram predictor); cap {cap}",
-            'unigram_loss': u, 'level': level, 'drop': drop, 'cap': cap, 'min_steps': min_steps,
-            'loss_step': loss_step, 'base_config': base,
-            'entropy_endpoint': f"first eval step after {ENTROPY_REF} with mean attention entropy < {ENTROPY_DROP:g} x "
-                                f"its step-{ENTROPY_REF} value",
-            'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + END_KEYS + ('seed',)
-                         and f'--{k}' not in overridden},
-            'arms': {a: {'label': ARMS[a][0], 'overrides': ARMS[a][1], 'family': ARMS[a][2]} for a in runs},
-            'missing': missing, **s})
-        print(f"wrote {summary}")
-    if figures:
-        paths = [os.path.join(records, f"{a}_s{sd}.jsonl") for a in runs for sd in runs[a]]
-        plot.main(paths, '', [ARMS[a][0] for a in runs for _ in runs[a]], level, figures)  # labels hold commas
-        survival_figure(s['per_arm'], cap, f"{figures}_survival")
-        entropy_figure(runs, s['per_arm'], f"{figures}_entropy")
+
+
+def draw(runs, s, records, prefix):
+    """The figures: <prefix>_loss and _diagnostics (plot.py's, from the records), _survival and _entropy."""
+    paths = [os.path.join(records, f"{a}_s{sd}.jsonl") for a in runs for sd in runs[a]]
+    plot.main(paths, '', [ARMS[a][0] for a in runs for _ in runs[a]], s['level'], prefix)  # labels hold commas
+    survival_figure(s['per_arm'], s['cap'], s['drop'], f"{prefix}_survival")
+    entropy_figure(runs, s['per_arm'], s['drop'], f"{prefix}_entropy")
 
 
 def main():
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the runs save, then stop too
-    plan = plan_runs()
-    base_cfg, cap = base_settings()
-    u = unigram_level(read_records(plan), base_cfg)
+    check('study', (all(a in ARMS for a in arms.split(',')) if arms else True,
+                    f"arms must be a comma list of {', '.join(ARMS)}"),
+          (all(s.isdigit() for s in seeds.split(',')) if seeds else True, "seeds must be a comma list of integers"),
+          (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
+          (records.strip() and out_dir.strip(), "records and out_dir must name folders (an unset shell variable?)"))
+    drops = [float(x) for x in sweep.split(',') if x]
+    plan = plan_runs(arms, seeds, first_seed, base, train_args)
+    base_cfg, cap = base_settings(base, min_steps, loss_step)
+    u = unigram_level(read_records(plan, records), base_cfg, records, train)
+    stop = stop_level(u, drop, drops)
     if train:
         lock_dir(out_dir, 'study.py')  # one study per folder (each train.py run also holds its own)
-        run_all(plan, u, cap)
-    report(*finished_runs(plan, read_records(plan), u, cap), u, cap)
+        run_all(plan, u, cap, u - drop, stop, min_steps, records, out_dir, jobs, threads)
+    runs, missing, shared = finished_runs(plan, read_records(plan, records), cap, stop, min_steps, records)
+    s = summarize(runs, missing, shared, u, cap, drop, loss_step, drops, min_steps, base)
+    report(s)
+    if summary:
+        write_json(summary, s)
+        print(f"wrote {summary}")
+    if figures:
+        draw(runs, s, records, figures)
 
 
 if __name__ == '__main__':

@@ -1,6 +1,6 @@
-"""study.py: its endpoints, the summary on hand-made logs with answers worked out by hand, and the whole command on
-tiny runs (records written, nothing re-run, the summary rebuilt from the committed records alone). Its statistics:
-test_stats.py; the launcher and the records: test_jobs.py."""
+"""study.py: its endpoints, the summary on hand-made logs with answers worked out by hand, the plan, and the whole
+command on tiny runs (records written, nothing re-run, the summary rebuilt from the committed records alone). Its
+statistics: test_stats.py; the launcher and the records: test_jobs.py."""
 import json
 import os
 import shutil
@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 
 import study
+from conftest import ROOT
 from lib.files import lock_dir, unlock_dir
 from lib.jobs import read_record, unigram_loss
 from lib.stats import holm
 from plot import first_step_below
-from conftest import ROOT
-
 
 
 def test_the_rank_correlation_and_the_entropy_endpoint():
@@ -36,14 +35,11 @@ def evals(losses, step=25):
     return [{"type": "eval", "step": i * step, "loss": l} for i, l in enumerate(losses)]
 
 
-def test_summary_on_hand_made_curves(monkeypatch):
-    monkeypatch.setattr(study, "drop", 0.5)
-    monkeypatch.setattr(study, "loss_step", 50)
-    monkeypatch.setattr(study, "sweep", "0.2,0.5")
+def test_summary_on_hand_made_curves():
     u = 5.0  # criterion: loss <= 4.5
     runs = {"original": {"1": evals([9, 5.0, 4.9, 4.5, 4.0]), "2": evals([9, 5.0, 4.9, 4.8, 4.7])},  # 75; censored 100
             "pairwise": {"1": evals([9, 5.0, 4.4]), "2": evals([9, 4.9, 4.5])}}  # 50, 50: stopped at min_steps
-    s = study.censored_summary(runs, u, 100)
+    s = study.censored_summary(runs, u, 100, drop=0.5, loss_step=50, sweep=[0.2, 0.5])
     o, p = s["per_arm"]["original"], s["per_arm"]["pairwise"]
     assert o["steps_to_criterion"] == {"1": 75, "2": None} and o["reached"] == 1 and o["n"] == 2
     assert o["km_median"] == 75 and o["rmst"] == pytest.approx(75 + 25 * 0.5)
@@ -64,16 +60,12 @@ def test_summary_on_hand_made_curves(monkeypatch):
     assert s["sweep"]["0.5"]["original"] == {"km_median": 75, "reached": 1, "n": 2}
 
 
-def test_the_loss_endpoint_stays_at_its_step_when_runs_train_longer(monkeypatch):
+def test_the_loss_endpoint_stays_at_its_step_when_runs_train_longer():
     """Runs trained to the cap (--min_steps=cap, as on the second corpus) keep the pre-registered loss endpoint:
     the summary's loss is at loss_step, not at min_steps."""
-    monkeypatch.setattr(study, "drop", 0.5)
-    monkeypatch.setattr(study, "min_steps", 100)
-    monkeypatch.setattr(study, "loss_step", 50)
-    monkeypatch.setattr(study, "sweep", "")
     runs = {"original": {"1": evals([9, 5.0, 4.9, 4.5, 4.0]), "2": evals([9, 5.0, 4.8, 4.8, 4.7])},
             "pairwise": {"1": evals([9, 5.0, 4.4, 4.3, 4.2]), "2": evals([9, 4.9, 4.5, 4.4, 4.1])}}
-    s = study.censored_summary(runs, 5.0, 100)
+    s = study.censored_summary(runs, 5.0, 100, drop=0.5, loss_step=50, sweep=[])
     assert s["per_arm"]["original"]["loss_at_50"]["per_seed"] == {"1": 4.9, "2": 4.8}
     assert "loss_at_100" not in s["per_arm"]["original"]
     c = {x["endpoint"]: x for x in s["comparisons"]}
@@ -81,16 +73,13 @@ def test_the_loss_endpoint_stays_at_its_step_when_runs_train_longer(monkeypatch)
     assert c["loss_at_cap"]["per_seed"] == pytest.approx({"1": 0.2, "2": -0.6})
 
 
-def test_comparisons_holm_within_a_family_and_the_new_seeds_alone(monkeypatch):
-    monkeypatch.setattr(study, "drop", 0.5)
-    monkeypatch.setattr(study, "loss_step", 50)
-    monkeypatch.setattr(study, "sweep", "")
+def test_comparisons_holm_within_a_family_and_the_new_seeds_alone():
     seeds = ["2", "7", "8", "9"]
     base = {sd: evals([9, 5.0, 4.9, 4.4]) for sd in seeds}  # loss 4.9 at step 50
     arm = lambda ds: {sd: evals([9, 5.0, 4.9 + d, 4.4]) for sd, d in zip(seeds, ds)}
     runs = {"original": base, "pairwise": arm([-0.3, -0.2, -0.25, -0.35]), "original_scaled": arm([0.1, -0.1, 0, 0.05]),
             "symmetric": arm([-0.3, -0.2, -0.25, -0.35])}
-    c = {(x["arm"], x["endpoint"]): x for x in study.censored_summary(runs, 5.0, 100)["comparisons"]}
+    c = {(x["arm"], x["endpoint"]): x for x in study.censored_summary(runs, 5.0, 100, 0.5, 50, [])["comparisons"]}
     primary = [c[("pairwise", "loss_at_50")], c[("original_scaled", "loss_at_50")]]
     assert [x["p_holm"] for x in primary] == pytest.approx(holm([x["p_t"] for x in primary]))
     sym = c[("symmetric", "loss_at_50")]  # the same numbers as pairwise, but alone in its family: no adjustment
@@ -167,32 +156,32 @@ def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
     assert p.returncode == 1 and "original_s1 is in use by a test" in p.stderr and not (tmp_path / "rec").exists()
 
 
-def test_the_plan_gives_each_family_its_own_number_of_seeds(monkeypatch):
-    monkeypatch.setattr(study, "arms", "original,symmetric,original_heat")
-    plan = study.plan_runs()
+def test_the_plan_gives_each_family_its_own_number_of_seeds():
+    plan = study.plan_runs("original,symmetric,original_heat", "", 2, "config/study.py", "")
     seeds = {arm: [sd for a, sd, _ in plan if a == arm] for arm in ("original", "symmetric", "original_heat")}
     assert seeds == {"original": [str(s) for s in range(2, 2 + study.SEEDS["primary"])],
                      "symmetric": [str(s) for s in range(2, 2 + study.SEEDS["exploratory"])],
                      "original_heat": [str(s) for s in range(2, 2 + study.SEEDS["start_or_step"])]}
     assert [sd for _, sd, _ in plan] == sorted((sd for _, sd, _ in plan), key=int)  # seed-major
-    monkeypatch.setattr(study, "seeds", "7,9")  # a list given: every arm has exactly those
-    assert {sd for _, sd, _ in study.plan_runs()} == {"7", "9"} and len(study.plan_runs()) == 6
-    heat = next(cmd for a, _, cmd in study.plan_runs() if a == "original_heat")
-    assert "--score_scale_warmup=500" in heat and "--score_scale=8.0" in heat  # the pre-registered arm (docs/study.md)
+    plan = study.plan_runs("original,symmetric,original_heat", "7,9", 2, "b.py", "--device=cuda")
+    assert {sd for _, sd, _ in plan} == {"7", "9"} and len(plan) == 6  # a list given: every arm has exactly those
+    heat = next(cmd for a, _, cmd in plan if a == "original_heat")
+    assert heat == ["b.py", "--attention_type=original", "--score_scale=8.0", "--score_scale_warmup=500", "--seed=7",
+                    "--device=cuda"]  # the pre-registered arm (docs/study.md), then the extra train.py arguments
+    assert [a for a, _, _ in study.plan_runs("", "3", 2, "b.py", "")] == list(study.ARMS)  # '': every arm, in order
 
 
-def test_the_entropy_median_counts_runs_whose_entropy_never_dropped(monkeypatch):
-    monkeypatch.setattr(study, "min_steps", 50)
-    monkeypatch.setattr(study, "sweep", "0.5")
+def test_the_entropy_median_counts_runs_whose_entropy_never_dropped():
 
     def run(entropies):  # mean entropy per eval, from step 0: the drop is below 0.8 x the value at step 25
         return [{"type": "eval", "step": i * 25, "loss": 9.0, "attn_entropy": [h]} for i, h in enumerate(entropies)]
 
     dropped, flat = run([1.0, 1.0, 0.9, 0.7, 0.6]), run([1.0, 1.0, 1.0, 0.9, 0.9])  # 75; never (last step 100)
-    s = study.censored_summary({"original": {"1": dropped, "2": flat, "3": flat}}, 9.5, 100)["per_arm"]["original"]
+    summary = lambda runs: study.censored_summary({"original": runs}, 9.5, 100, 0.7, 50, [0.5])["per_arm"]["original"]
+    s = summary({"1": dropped, "2": flat, "3": flat})
     assert s["entropy_step"] == {"1": 75, "2": None, "3": None}
     assert s["entropy_step_median"] is None  # two of three never dropped: not the one that did (75)
-    s = study.censored_summary({"original": {"1": dropped, "2": dropped, "3": flat}}, 9.5, 100)["per_arm"]["original"]
+    s = summary({"1": dropped, "2": dropped, "3": flat})
     assert s["entropy_step_median"] == 75
 
 
@@ -219,10 +208,7 @@ def test_the_prose_plan_summarises_its_committed_records(tmp_path):
     assert s["unigram_loss"] == pytest.approx(head["unigram_loss"])
 
 
-def test_the_per_seed_table_pairs_each_seed_across_arms(monkeypatch, capsys):
-    monkeypatch.setattr(study, "loss_step", 50)
-    monkeypatch.setattr(study, "sweep", "")
-    monkeypatch.setattr(study, "drop", 0.5)
+def test_the_per_seed_table_pairs_each_seed_across_arms(capsys):
 
     def run(losses, entropies):
         return [{"type": "eval", "step": i * 25, "loss": l, "attn_entropy": [h]}
@@ -230,7 +216,7 @@ def test_the_per_seed_table_pairs_each_seed_across_arms(monkeypatch, capsys):
     runs = {"original": {"2": run([9, 5.0, 4.9, 4.5, 4.4], [1, 1, 0.9, 0.7, 0.7]),   # criterion 75, entropy 75
                          "3": run([9, 5.0, 4.9, 4.8, 4.7], [1, 1, 1, 1, 1])},       # censored, never
             "pairwise": {"3": run([9, 5.0, 4.4, 4.3, 4.2], [1, 1, 0.5, 0.5, 0.5])}}  # 50, 50; no seed 2
-    study.per_seed_table(study.censored_summary(runs, 5.0, 100)["per_arm"], 100)
+    study.per_seed_table(study.censored_summary(runs, 5.0, 100, 0.5, 50, [])["per_arm"], 100)
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert rows[0] == "| seed | original | pairwise |"
     assert rows[1:] == ["| 2 | 75 (75) | - |", "| 3 | > 100 (never) | 50 (50) |"]
