@@ -15,26 +15,22 @@ does runs to the cap (the base config's max_iters). The uncensored endpoint is t
 every run reaches.
 Interrupted runs are resumed from out/study/; re-running the command continues.
 """
-import datetime
-import json
 import math
 import os
-import platform
 import signal
-import subprocess
-import sys
-import time
+from functools import partial
 
 import numpy as np
-import torch
 
 import plot
+from configurator import check, configure, read_file
 from lib.checkpoint import load_checkpoint
-from configurator import check, configure, oneline, read_file, script_defaults
-from lib.dataloader import dataset_dir, load_dataset
-from lib.files import atomic_write, lock_dir, locked, write_json
+from lib.dataloader import dataset_dir
+from lib.files import lock_dir, write_json
+from lib.jobs import RUN_KEYS_IGNORED, Job, differ, read_record, run_jobs, unigram_loss, write_record
+from lib.run import END_KEYS
+from lib.stats import holm, kaplan_meier, km_median, paired_t, rmst, sign_flip_p, spearman, tost
 from plot import first_step_below, read_evals
-from lib.run import END_KEYS, MACHINE_KEYS, run_changes
 
 # -----------------------------------------------------------------------------
 base = 'config/study.py'  # the train.py config every arm starts from
@@ -82,128 +78,11 @@ REFERENCES = {'primary': ['original'], 'exploratory': ['original'], 'start_or_st
 EQUIVALENCE = ('original_scaled', 'pairwise', np.log(1.25))  # TOST on log steps: a margin fixed before the runs
 ENTROPY_DROP, ENTROPY_REF = 0.8, 25  # the entropy endpoint: mean entropy < 0.8 x its value at step 25 (docs/study.md)
 NEW_SEEDS = 7  # seeds from here on were run after the second stage was fixed: the replication
-RUN_KEYS_IGNORED = tuple(k for k in MACHINE_KEYS if k != 'dtype')  # where a run ran; its precision counts
 
 
-# ----------------------------------------------------------------------------- statistics (numpy only)
+# ----------------------------------------------------------------------------- endpoints
 def loss_at(evals, step):
     return next((r['loss'] for r in evals if r['step'] == step), None)
-
-
-def kaplan_meier(times, events):
-    """Survival ('still on the plateau') after each distinct event step: [(step, S)], starting at (0, 1). times:
-    the event step, or the last step of a censored run (events False): it leaves the risk set without an event."""
-    times, events = np.asarray(times, float), np.asarray(events, bool)
-    curve, s = [(0, 1.0)], 1.0
-    for t in np.unique(times[events]):
-        at_risk, d = (times >= t).sum(), (events & (times == t)).sum()
-        s *= 1 - d / at_risk
-        curve.append((int(t), float(s)))
-    return curve
-
-
-def km_median(curve):
-    """The first step at which survival is <= 0.5; None: more than half still on the plateau at the end. The
-    tolerance: a product of fractions that is exactly 0.5 can come out as 0.5000000000000001 in floating point."""
-    return next((t for t, s in curve if s <= 0.5 + 1e-9), None)
-
-
-def rmst(curve, cap):
-    """Restricted mean steps to the criterion: the area under the survival curve up to the cap."""
-    steps = [t for t, _ in curve if t < cap] + [cap]
-    return float(sum((b - a) * s for (a, s), b in zip(curve, steps[1:])))
-
-
-def t_cdf(t, df):
-    """Student's t distribution function, from the regularised incomplete beta function (a continued fraction,
-    evaluated by the modified Lentz method): P(T <= t) with df degrees of freedom."""
-    x, a, b = df / (df + t * t), df / 2, 0.5
-    if x >= 1:
-        return 0.5
-    flip = x > (a + 1) / (a + b + 2)  # the continued fraction converges fast below this point: use the symmetry
-    if flip:
-        x, a, b = 1 - x, b, a
-    front = np.exp(a * np.log(x) + b * np.log1p(-x) - np.log(a) - (math.lgamma(a) + math.lgamma(b)
-                                                                    - math.lgamma(a + b)))
-    f, c, d = 1.0, 1.0, 0.0
-    for i in range(400):
-        m = i // 2
-        num = 1.0 if i == 0 else (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)) if i % 2 == 0 else
-                                  -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)))
-        d = 1.0 + num * d
-        d = 1.0 / (d if abs(d) > 1e-300 else 1e-300)
-        c = 1.0 + num / (c if abs(c) > 1e-300 else 1e-300)
-        f *= c * d
-        if abs(1.0 - c * d) < 1e-15:
-            break
-    tail = front * (f - 1.0) / 2  # I_x(a, b) / 2: P(T > |t|)
-    tail = 0.5 - tail if flip else tail
-    return 1.0 - tail if t > 0 else tail
-
-
-def t_quantile(q, df):
-    lo, hi = -1e3, 1e3
-    for _ in range(200):  # bisection: t_cdf is monotone
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if t_cdf(mid, df) < q else (lo, mid)
-    return (lo + hi) / 2
-
-
-def paired_t(d, level=0.95):
-    """Mean of the paired differences d, its two-sided t-interval at `level` and the two-sided p of mean = 0."""
-    d = np.asarray(d, float)
-    n, mean = len(d), float(d.mean())
-    se = float(d.std(ddof=1)) / np.sqrt(n)
-    if se == 0:
-        return mean, (mean, mean), 0.0 if mean else 1.0
-    h = t_quantile(1 - (1 - level) / 2, n - 1) * se
-    return mean, (mean - h, mean + h), 2 * t_cdf(-abs(mean) / se, n - 1)
-
-
-def sign_flip_p(d):
-    """Exact two-sided sign-flip (permutation) test of paired differences: every one of the 2^n sign patterns is
-    equally likely under no effect; p = the share whose |mean| is at least the observed. Its smallest value is
-    2 / 2^n (0.0625 at n = 5)."""
-    d = np.asarray(d, float)
-    signs = 1 - 2 * ((np.arange(2 ** len(d))[:, None] >> np.arange(len(d))) & 1)
-    return float(np.mean(np.abs(signs @ d) >= abs(d.sum()) - 1e-9))
-
-
-def holm(ps):
-    """Holm's step-down adjustment of m p-values: the k-th smallest times m - k + 1, kept monotone, at most 1."""
-    order, out, running = np.argsort(ps, kind='stable'), [0.0] * len(ps), 0.0
-    for k, i in enumerate(order):
-        running = max(running, min(1.0, (len(ps) - k) * ps[i]))
-        out[i] = running
-    return out
-
-
-def tost(d, margin):
-    """Two one-sided t-tests of |mean| < margin: (the 90% t-interval, p = the larger one-sided p). Equivalence is
-    shown at 5% when the interval lies inside (-margin, margin)."""
-    d = np.asarray(d, float)
-    mean, ci, _ = paired_t(d, 0.90)
-    se = float(d.std(ddof=1)) / np.sqrt(len(d))
-    p = max(1 - t_cdf((mean + margin) / se, len(d) - 1), t_cdf((mean - margin) / se, len(d) - 1)) if se else \
-        float(abs(mean) >= margin)
-    return ci, p
-
-
-def ranks(v):
-    """Ranks 1..n of the values v, tied values sharing their mean rank."""
-    v = np.asarray(v, float)
-    r = np.empty(len(v))
-    r[np.argsort(v, kind='stable')] = np.arange(1, len(v) + 1)
-    for x in np.unique(v):
-        r[v == x] = r[v == x].mean()
-    return r
-
-
-def spearman(x, y):
-    """Spearman's rank correlation; None with fewer than 3 pairs or a constant side."""
-    if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
-        return None
-    return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
 
 
 def entropy_step(evals, drop=ENTROPY_DROP, ref=ENTROPY_REF):
@@ -215,163 +94,72 @@ def entropy_step(evals, drop=ENTROPY_DROP, ref=ENTROPY_REF):
                                            None)
 
 
-def unigram_loss(data_dir, block_size, batch_size, eval_iters):
-    """U: the cross-entropy of predicting each eval token from its frequency in train.bin (add-one smoothed),
-    over the ordinary tokens of the eval blocks train.py uses (the first eval_iters * batch_size of val.bin).
-    Masking picks positions uniformly among those tokens, so U is the expected eval loss of that predictor."""
-    train_data, val_data, meta = load_dataset(data_dir, None, block_size)
-    n = min(meta['special'].values())
-    tokens = np.asarray(train_data).reshape(-1)
-    counts = np.bincount(tokens[tokens < n], minlength=n) + 1.0
-    val = np.asarray(val_data[:eval_iters * batch_size]).reshape(-1)
-    return float(-np.log(counts / counts.sum())[val[val < n]].mean())
+def rank_correlation(pairs):
+    """Spearman's rho of the pairs; None (null in the summary: JSON has no nan) with fewer than 3 pairs (two are
+    always +-1) or a constant side (undefined)."""
+    rho = spearman(*zip(*pairs)) if len(pairs) >= 3 else math.nan
+    return None if math.isnan(rho) else rho
 
 
-# ----------------------------------------------------------------------------- runs and records
-def read_record(path):
-    """(head, eval records) of a committed run record, head holding the run's config and U; None if there is none."""
-    if not os.path.exists(path):
-        return None
-    try:  # every line whole: a record is written at once (atomic_write), so a cut or damaged one is never read
-        with open(path, 'rb') as f:
-            lines = f.read().split(b'\n')
-        if lines[-1]:
-            raise ValueError("its last line is cut")
-        head, _ = json.loads(lines[0]), [json.loads(line) for line in lines[1:-1]]
-        head['config'], head['unigram_loss']
-    except (OSError, ValueError, KeyError, TypeError) as e:  # a bad byte (UnicodeDecodeError) is a ValueError
-        raise SystemExit(f"study: {path} is not a whole study record ({oneline(e)}): restore it (git checkout "
-                         f"{path}) or move it away and run again")
-    try:
-        return head, read_evals(path)
-    except SystemExit as e:
-        raise SystemExit(f"study: {e}; move it away and run again")
-
-
-def write_record(path, run, command, u):
-    """The run's settings and its eval records (from out_dir/log.jsonl) as the committed record."""
-    settings = load_checkpoint(os.path.join(run, 'ckpt.pt'))['config']
-    head = {'type': 'config', 'config': settings, 'unigram_loss': u, 'command': command, 'torch': torch.__version__,
-            'machine': f"{platform.machine()}, {os.cpu_count()} cores", 'cpu': cpu_name(), 'commit': code_commit(),
-            'date': datetime.date.today().isoformat()}
-    lines = [json.dumps(head)] + [json.dumps({k: round(v, 4) if isinstance(v, float) and k != 'loss' else  # loss
-                                                 [round(e, 4) for e in v] if isinstance(v, list) else v  # exact: the
-                                              for k, v in r.items()}) for r in read_evals(run)]  # criterion reads it
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    atomic_write(path, lambda f: f.write('\n'.join(lines) + '\n'), mode='w')
-
-
-def cpu_name():
-    try:
-        with open('/proc/cpuinfo') as f:
-            names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
-    except OSError:
-        names = []
-    return names[0] if names else platform.processor()
-
-
-def code_commit():
-    """The git commit of the code that trains (runs train from a clone of a fixed commit), '+changes' if its tracked
-    files differ from it; None outside git."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    git = lambda *a: subprocess.run(['git', '-C', here, *a], capture_output=True, text=True)
-    head = git('rev-parse', 'HEAD')
-    if head.returncode:
-        return None
-    return head.stdout.strip() + ('+changes' if git('status', '--porcelain', '--untracked-files=no').stdout else '')
-
-
-def differ(have, cmd):
-    """What makes the run made with the settings `have` another run than the train.py command cmd asks for (not
-    where it ran, nor how far: see run.run_changes). A setting newer than the run counts at train.py's default,
-    which is what the run did."""
-    have = {**script_defaults(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'train.py')), **have}
-    return run_changes(have, configure(dict(have), argv=cmd), ignore=RUN_KEYS_IGNORED)
-
-
-def stop_level(u):
+def stop_level(u, drop, sweep):
     """Runs go on until the deepest criterion of the sweep is met (else its drops above `drop` would be censored by
     the run's own progress, not by the cap)."""
-    return u - max([drop] + [float(x) for x in sweep.split(',') if x])
+    return u - max([drop, *sweep])
 
 
-def record_complete(evals, u, cap):
-    """The record has all the study needs: the run reached the cap, or met the deepest criterion and min_steps."""
+def record_complete(evals, cap, stop, min_steps):
+    """The record has all the study needs: the run reached the cap, or met the stop level and min_steps."""
     last = evals[-1]['step']
-    return last >= cap or (first_step_below(evals, stop_level(u)) is not None and last >= min_steps)
+    return last >= cap or (first_step_below(evals, stop) is not None and last >= min_steps)
 
 
-# ----------------------------------------------------------------------------- the study
-def plan_runs():
+# ----------------------------------------------------------------------------- the runs
+def plan_runs(arms, seeds, first_seed, base, train_args):
+    """[(arm, seed, train.py arguments)], seed-major: a partial study has every arm. arms: a comma list of ARMS, ''
+    = all; seeds: a comma list, '' = each family's number of seeds (SEEDS) from first_seed on."""
     arm_list = arms.split(',') if arms else list(ARMS)
-    check('study', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
-          (all(s.isdigit() for s in seeds.split(',')) if seeds else True, "seeds must be a comma list of integers"),
-          (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
-          (records.strip() and out_dir.strip(), "records and out_dir must name folders (an unset shell variable?)"),
-          )
     plan = []
     for arm in arm_list:
         for sd in (seeds.split(',') if seeds else [str(first_seed + i) for i in range(SEEDS[ARMS[arm][2]])]):
-            cmd = [base, *ARMS[arm][1], f'--seed={sd}', *train_args.split()]
-            plan.append((arm, sd, cmd))
-    return sorted(plan, key=lambda p: (int(p[1]), arm_list.index(p[0])))  # seed-major: a partial study has every arm
+            plan.append((arm, sd, [base, *ARMS[arm][1], f'--seed={sd}', *train_args.split()]))
+    return sorted(plan, key=lambda p: (int(p[1]), arm_list.index(p[0])))
 
 
-def run_all(plan, u, cap):
-    """Trains the runs whose records are missing or unfinished, `jobs` at a time; writes each record as it ends."""
-    todo, level = [], u - drop
+def finish(rec, run, command, u, level):
+    """A run that ended well: its record written; how far it went and when it met the criterion."""
+    write_record(rec, run, command, u)
+    evals = read_evals(run)
+    return f"step {evals[-1]['step']}, criterion met at step {first_step_below(evals, level)}; record: {rec}"
+
+
+def run_all(plan, u, cap, level, stop, min_steps, records, out_dir, jobs, threads):
+    """Trains the runs whose records are missing or unfinished, `jobs` at a time, each until it has met the stop
+    level and min_steps (or the cap); writes each record as it ends."""
+    todo = []
     for arm, sd, cmd in plan:
-        rec, run = read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")), os.path.join(out_dir, f"{arm}_s{sd}")
+        path, run = os.path.join(records, f"{arm}_s{sd}.jsonl"), os.path.join(out_dir, f"{arm}_s{sd}")
+        rec = read_record(path)
         changed = differ(rec[0]['config'], cmd) if rec else []
         if changed:
             raise SystemExit(f"study: {records}/{arm}_s{sd}.jsonl is a run of other settings ({', '.join(changed)}): "
                              "move it away or use another --records")
-        if rec and record_complete(rec[1], u, cap):
+        if rec and record_complete(rec[1], cap, stop, min_steps):
             continue
         ckpt = os.path.join(run, 'ckpt.pt')
         resume = os.path.exists(ckpt) and not differ(load_checkpoint(ckpt, resume=True)['config'], cmd)
         if os.path.exists(ckpt) and not resume:
             raise SystemExit(f"study: {run} holds a run of other settings: move it away or use another --out_dir")
-        stop = [f'--target_loss={stop_level(u)}', f'--min_iters={min_steps}']  # train.py stops once it is met
-        todo.append((arm, sd, cmd + stop + [f'--out_dir={run}'] + (['--init_from=resume'] if resume else []), run))
-    env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
-    running = {}
+        cmd = cmd + [f'--target_loss={stop}', f'--min_iters={min_steps}', f'--out_dir={run}'] + \
+            (['--init_from=resume'] if resume else [])  # train.py stops once it has met both
+        todo.append(Job(run, run, 'train.txt', ['train.py', *cmd],
+                        partial(finish, path, run, ' '.join(['python train.py', *cmd]), u, level)))
     print(f"study: {len(plan) - len(todo)} of {len(plan)} runs recorded in {records}/; {len(todo)} to train, {jobs} "
           f"at a time; criterion: eval loss <= {level:.4f}", flush=True)
-    try:
-        while todo or running:
-            while todo and len(running) < jobs:
-                arm, sd, cmd, run = todo.pop(0)
-                with locked(run, 'study.py'):  # another study or train.py there: one line, nothing started
-                    pass
-                with open(os.path.join(run, 'train.txt'), 'a') as f:
-                    p = subprocess.Popen([sys.executable, 'train.py', *cmd], stdout=f, stderr=subprocess.STDOUT, env=env)
-                running[run] = (p, arm, sd, cmd, time.time())
-                print(f"  started {run}", flush=True)
-            time.sleep(2)
-            for run, (p, arm, sd, cmd, t0) in list(running.items()):
-                if p.poll() is None:
-                    continue
-                del running[run]
-                if p.returncode:
-                    with open(os.path.join(run, 'train.txt'), errors='replace') as f:
-                        last = (f.read().strip().splitlines() or [''])[-1]
-                    raise SystemExit(f"study: {run} failed (exit {p.returncode}): {last}")
-                write_record(os.path.join(records, f"{arm}_s{sd}.jsonl"), run, ' '.join(['python train.py', *cmd]), u)
-                evals = read_evals(run)
-                print(f"  done {run} in {(time.time() - t0) / 60:.1f} min: step {evals[-1]['step']}, criterion met at "
-                      f"step {first_step_below(evals, level)}; record: {records}/{arm}_s{sd}.jsonl", flush=True)
-    except BaseException:  # Ctrl-C or a failed run: the others save their checkpoint and stop
-        for p, *_ in running.values():
-            p.send_signal(signal.SIGINT)
-        for p, *_ in running.values():
-            p.wait()
-        if sys.exc_info()[0] is KeyboardInterrupt:
-            raise SystemExit("study: interrupted; the same command continues where it stopped")
-        raise
+    run_jobs(todo, jobs, threads, 'study')
 
 
-def run_endpoints(evals, u, cap):
+# ----------------------------------------------------------------------------- the summary
+def run_endpoints(evals, u, cap, drop, loss_step):
     """One run's endpoints: steps to the criterion (None: censored), the log of those steps (a censored run counts
     as the cap: conservative), the eval loss at loss_step and at the cap, the entropy step and its log (a run
     whose entropy never drops counts as its last step)."""
@@ -400,11 +188,12 @@ def compare(arm_runs, ref_runs, endpoint):
     return out
 
 
-def censored_summary(runs, u, cap):
+def censored_summary(runs, u, cap, drop, loss_step, sweep):
     """runs: {arm: {seed: evals}} -> the summary: per arm the runs that met the criterion, the Kaplan-Meier median
     and restricted mean steps, the eval loss at loss_step, the entropy endpoint and how it goes with the exit; the
     paired comparisons of each arm with its references (t-intervals, t and exact sign-flip tests, Holm within each
-    family and endpoint, the new seeds alone); the equivalence test; the medians at every drop of the sweep."""
+    family and endpoint, the new seeds alone); the equivalence test; the medians at every drop of the sweep (a list
+    of drops)."""
     def censored(t, evals):  # (time, event) for Kaplan-Meier: a run without the event leaves at its last step
         return (t, True) if t is not None else (evals[-1]['step'], False)
 
@@ -412,7 +201,7 @@ def censored_summary(runs, u, cap):
 
     level = u - drop
     runs = {arm: {sd: [r for r in e if r['step'] <= cap] for sd, e in rs.items()} for arm, rs in runs.items()}
-    ends = {arm: {sd: run_endpoints(e, u, cap) for sd, e in rs.items()} for arm, rs in runs.items()}
+    ends = {arm: {sd: run_endpoints(e, u, cap, drop, loss_step) for sd, e in rs.items()} for arm, rs in runs.items()}
     out = {'per_arm': {}, 'comparisons': [], 'equivalence': None, 'sweep': {}}
     for arm, rs in runs.items():
         tt, ev = zip(*[times(e, level) for e in rs.values()])
@@ -428,7 +217,7 @@ def censored_summary(runs, u, cap):
                                      else None, 'per_seed': dict(zip(rs, losses))} if None not in losses else None,
             'entropy_step': ent, 'entropy_step_median': km_median(kaplan_meier(*zip(*[censored(ent[sd], rs[sd])
                                                                                       for sd in rs]))),
-            'entropy_vs_exit': {'n': len(pairs), 'spearman': spearman(*zip(*pairs)) if pairs else None,
+            'entropy_vs_exit': {'n': len(pairs), 'spearman': rank_correlation(pairs),
                                 'lag_median': float(np.median([b - a for a, b in pairs])) if pairs else None}}
     endpoints = ['log_steps', f'loss_at_{loss_step}', 'log_entropy_step', 'loss_at_cap']
     for arm in runs:
@@ -454,7 +243,7 @@ def censored_summary(runs, u, cap):
             out['equivalence'] = {'arm': arm, 'reference': ref, 'endpoint': 'log_steps', 'margin': float(margin),
                                   'n': len(both), 'ci90': [float(ci[0]), float(ci[1])], 'p_tost': float(p),
                                   'shown': bool(-margin < ci[0] and ci[1] < margin)}
-    for d in (float(x) for x in sweep.split(',') if x):
+    for d in sweep:
         out['sweep'][f"{d:g}"] = {
             arm: {'km_median': km_median(kaplan_meier(*zip(*[times(e, u - d) for e in rs.values()]))),
                   'reached': sum(first_step_below(e, u - d) is not None for e in rs.values()), 'n': len(rs)}
@@ -462,7 +251,7 @@ def censored_summary(runs, u, cap):
     return out
 
 
-def survival_figure(per_arm, cap, path):
+def survival_figure(per_arm, cap, drop, path):
     plt = plot.pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=150)
     for arm, a in per_arm.items():
@@ -481,7 +270,7 @@ def fmt_steps(a, cap):
     return str(a['km_median']) if a['km_median'] is not None else f"> {cap}"
 
 
-def base_settings():
+def base_settings(base, min_steps, loss_step):
     """The base config's own settings, checked, and the cap (its max_iters)."""
     base_cfg = read_file(base)
     need = ('dataset', 'max_iters', 'block_size', 'batch_size', 'eval_iters', 'eval_interval')
@@ -494,11 +283,11 @@ def base_settings():
     return base_cfg, cap
 
 
-def read_records(plan):
+def read_records(plan, records):
     return {(arm, sd): read_record(os.path.join(records, f"{arm}_s{sd}.jsonl")) for arm, sd, _ in plan}
 
 
-def unigram_level(recs, base_cfg):
+def unigram_level(recs, base_cfg, records, train):
     """U: from the data when the study trains (checked against the records' own), else from the records (a fresh
     clone has no data/)."""
     us = {round(r[0]['unigram_loss'], 6) for r in recs.values() if r}
@@ -513,12 +302,13 @@ def unigram_level(recs, base_cfg):
     return u
 
 
-def finished_runs(plan, recs, u, cap):
-    """({arm: {seed: evals}} of the finished runs that match the plan, the names of the others, the shared settings)."""
+def finished_runs(plan, recs, cap, stop, min_steps, records):
+    """({arm: {seed: evals}} of the finished runs that match the plan, the names of the others, the shared settings):
+    finished, a run reached the cap or met the stop level and min_steps."""
     runs, missing, shared, short = {}, [], {}, []
     for arm, sd, cmd in plan:
         rec = recs[(arm, sd)]
-        if rec and not differ(rec[0]['config'], cmd) and record_complete(rec[1], u, cap):
+        if rec and not differ(rec[0]['config'], cmd) and record_complete(rec[1], cap, stop, min_steps):
             runs.setdefault(arm, {})[sd], shared = rec[1], rec[0]['config']
         elif rec and not differ(rec[0]['config'], cmd):  # a record ends where its run did: this one was cut
             short.append(f"{arm}_s{sd}.jsonl (last step {rec[1][-1]['step']})")
@@ -538,7 +328,7 @@ ENDPOINT_NAMES = {'log_steps': 'steps to the criterion (ratio, arm / reference)'
                   'loss_at_cap': 'eval loss at the cap (difference, nats)'}
 
 
-def comparison_table(comparisons, endpoint):
+def comparison_table(comparisons, endpoint, loss_step):
     """One endpoint's paired comparisons as a Markdown table: log endpoints as ratios of steps."""
     ratio = endpoint.startswith('log_')
     num = (lambda x: f"{math.exp(x):.2f}") if ratio else (lambda x: f"{x:+.3f}")
@@ -558,7 +348,7 @@ def comparison_table(comparisons, endpoint):
               f"{c['p_holm']:.3g} | {rep} |")
 
 
-def entropy_figure(runs, per_arm, path):
+def entropy_figure(runs, per_arm, drop, path):
     """Per arm, each seed's mean attention entropy against steps (thin lines), its entropy step (o) and the step it
     met the criterion (x)."""
     plt = plot.pyplot()
@@ -601,13 +391,28 @@ def per_seed_table(per_arm, cap):
         print(f"| {sd} | " + " | ".join(cell(a, sd) for a in per_arm.values()) + " |")
 
 
-def report(runs, missing, shared, u, cap):
-    """The summary's tables (Markdown, printed), assets/study.json and the figures."""
-    s, level = censored_summary(runs, u, cap), u - drop
-    print(f"\ncriterion: eval loss <= U - {drop:g} = {level:.4f} (U = {u:.4f}, the unigram predictor's eval loss); "
-          f"cap {cap} steps\n\n| arm | seeds | met the criterion | median steps (Kaplan-Meier) | restricted mean steps "
-          f"| eval loss at {loss_step}: mean (sd) | median entropy step (Kaplan-Meier) | entropy step vs exit: "
-          f"Spearman, median lag |\n|---|---|---|---|---|---|---|---|")
+def summarize(runs, missing, shared, u, cap, drop, loss_step, sweep, min_steps, base):
+    """The summary (assets/study.json): the criterion and settings, then censored_summary's results."""
+    overridden = {o.split('=')[0] for _, overrides, _ in ARMS.values() for o in overrides}
+    return {
+        'criterion': f"first eval step with eval loss <= U - {drop:g}, U = {u:.5f} (unigram predictor); cap {cap}",
+        'unigram_loss': u, 'level': u - drop, 'drop': drop, 'cap': cap, 'min_steps': min_steps,
+        'loss_step': loss_step, 'base_config': base,
+        'entropy_endpoint': f"first eval step after {ENTROPY_REF} with mean attention entropy < {ENTROPY_DROP:g} x "
+                            f"its step-{ENTROPY_REF} value",
+        'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + END_KEYS + ('seed',)
+                     and f'--{k}' not in overridden},
+        'arms': {a: {'label': ARMS[a][0], 'overrides': ARMS[a][1], 'family': ARMS[a][2]} for a in runs},
+        'missing': missing, **censored_summary(runs, u, cap, drop, loss_step, sweep)}
+
+
+def report(s):
+    """The summary's tables, in Markdown (docs/study.md pastes them)."""
+    cap, loss_step = s['cap'], s['loss_step']
+    print(f"\ncriterion: eval loss <= U - {s['drop']:g} = {s['level']:.4f} (U = {s['unigram_loss']:.4f}, the unigram "
+          f"predictor's eval loss); cap {cap} steps\n\n| arm | seeds | met the criterion | median steps (Kaplan-Meier) "
+          f"| restricted mean steps | eval loss at {loss_step}: mean (sd) | median entropy step (Kaplan-Meier) | "
+          f"entropy step vs exit: Spearman, median lag |\n|---|---|---|---|---|---|---|---|")
     for arm, a in s['per_arm'].items():
         l, ev = a[f'loss_at_{loss_step}'], a['entropy_vs_exit']
         loss = f"{l['mean']:.3f}" + (f" ({l['sd']:.3f})" if l['sd'] is not None else "") if l else "-"
@@ -617,7 +422,7 @@ def report(runs, missing, shared, u, cap):
         print(f"| {ARMS[arm][0]} | {len(a['seeds'])} | {a['reached']} of {a['n']} | {fmt_steps(a, cap)} "
               f"| {a['rmst']:.0f} | {loss} | {ent} | {rel} |")
     for endpoint in ('log_steps', f'loss_at_{loss_step}', 'log_entropy_step', 'loss_at_cap'):
-        comparison_table(s['comparisons'], endpoint)
+        comparison_table(s['comparisons'], endpoint, loss_step)
     e = s['equivalence']
     if e:
         print(f"\nEquivalence, {ARMS[e['arm']][0]} - {ARMS[e['reference']][0]}, steps to the criterion: 90% interval "
@@ -626,41 +431,45 @@ def report(runs, missing, shared, u, cap):
               f"{e['p_tost']:.3g}): {'shown' if e['shown'] else 'not shown'}")
     print("\n*Median steps to each level of the sweep (Kaplan-Meier: a run that never reaches a level is censored "
           "at its last step; in brackets the runs that reached it):*\n\n| drop (nats below U) | "
-          + " | ".join(ARMS[a][0] for a in runs) + " |\n|---|" + "---|" * len(runs))
+          + " | ".join(ARMS[a][0] for a in s['per_arm']) + " |\n|---|" + "---|" * len(s['per_arm']))
     for d, row in s['sweep'].items():
         print(f"| {d} | " + " | ".join(f"{fmt_steps(r, cap)} ({r['reached']}/{r['n']})" for r in row.values())
               + " |")
     per_seed_table(s['per_arm'], cap)
-    if summary:
-        overridden = {o.split('=')[0] for _, overrides, _ in ARMS.values() for o in overrides}
-        write_json(summary, {
-            'criterion': f"first eval step with eval loss <= U - {drop:g}, U = {u:.5f} (unigram predictor); cap {cap}",
-            'unigram_loss': u, 'level': level, 'drop': drop, 'cap': cap, 'min_steps': min_steps,
-            'loss_step': loss_step, 'base_config': base,
-            'entropy_endpoint': f"first eval step after {ENTROPY_REF} with mean attention entropy < {ENTROPY_DROP:g} x "
-                                f"its step-{ENTROPY_REF} value",
-            'settings': {k: v for k, v in shared.items() if k not in RUN_KEYS_IGNORED + END_KEYS + ('seed',)
-                         and f'--{k}' not in overridden},
-            'arms': {a: {'label': ARMS[a][0], 'overrides': ARMS[a][1], 'family': ARMS[a][2]} for a in runs},
-            'missing': missing, **s})
-        print(f"wrote {summary}")
-    if figures:
-        paths = [os.path.join(records, f"{a}_s{sd}.jsonl") for a in runs for sd in runs[a]]
-        plot.main(paths, '', [ARMS[a][0] for a in runs for _ in runs[a]], level, figures)  # labels hold commas
-        survival_figure(s['per_arm'], cap, f"{figures}_survival")
-        entropy_figure(runs, s['per_arm'], f"{figures}_entropy")
+
+
+def draw(runs, s, records, prefix):
+    """The figures: <prefix>_loss and _diagnostics (plot.py's, from the records), _survival and _entropy."""
+    paths = [os.path.join(records, f"{a}_s{sd}.jsonl") for a in runs for sd in runs[a]]
+    plot.main(paths, '', [ARMS[a][0] for a in runs for _ in runs[a]], s['level'], prefix)  # labels hold commas
+    survival_figure(s['per_arm'], s['cap'], s['drop'], f"{prefix}_survival")
+    entropy_figure(runs, s['per_arm'], s['drop'], f"{prefix}_entropy")
 
 
 def main():
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the runs save, then stop too
-    plan = plan_runs()
-    base_cfg, cap = base_settings()
-    u = unigram_level(read_records(plan), base_cfg)
+    check('study', (all(a in ARMS for a in arms.split(',')) if arms else True,
+                    f"arms must be a comma list of {', '.join(ARMS)}"),
+          (all(s.isdigit() for s in seeds.split(',')) if seeds else True, "seeds must be a comma list of integers"),
+          (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
+          (records.strip() and out_dir.strip(), "records and out_dir must name folders (an unset shell variable?)"))
+    drops = [float(x) for x in sweep.split(',') if x]
+    plan = plan_runs(arms, seeds, first_seed, base, train_args)
+    base_cfg, cap = base_settings(base, min_steps, loss_step)
+    u = unigram_level(read_records(plan, records), base_cfg, records, train)
+    stop = stop_level(u, drop, drops)
     if train:
         lock_dir(out_dir, 'study.py')  # one study per folder (each train.py run also holds its own)
-        run_all(plan, u, cap)
-    report(*finished_runs(plan, read_records(plan), u, cap), u, cap)
+        run_all(plan, u, cap, u - drop, stop, min_steps, records, out_dir, jobs, threads)
+    runs, missing, shared = finished_runs(plan, read_records(plan, records), cap, stop, min_steps, records)
+    s = summarize(runs, missing, shared, u, cap, drop, loss_step, drops, min_steps, base)
+    report(s)
+    if summary:
+        write_json(summary, s)
+        print(f"wrote {summary}")
+    if figures:
+        draw(runs, s, records, figures)
 
 
 if __name__ == '__main__':

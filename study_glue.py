@@ -13,13 +13,9 @@ The plan, endpoints and tests were fixed before the runs (docs/study_glue.md). A
 out/study_glue/; re-running the command continues.
 """
 import datetime
-import json
-import math
 import os
 import signal
-import subprocess
-import sys
-import time
+from functools import partial
 
 import numpy as np
 import torch
@@ -28,9 +24,8 @@ import plot
 from configurator import check, configure, read_file
 from lib.dataloader import dataset_dir
 from lib.files import read_json, write_json
-from plot import read_evals
-from study import (code_commit, cpu_name, differ, holm, paired_t, read_record, sign_flip_p, tost, unigram_loss,
-                   write_record)
+from lib.jobs import Job, code_commit, cpu_name, differ, read_record, run_jobs, unigram_loss, write_record
+from lib.stats import holm, paired_t, sign_flip_p, tost
 
 # -----------------------------------------------------------------------------
 base = 'config/study_glue.py'  # the train.py config every arm starts from
@@ -127,52 +122,25 @@ def write_glue_record(kind, cmd, run, rec):
     write_json(rec, {**head, **res})
 
 
+def finish(kind, cmd, run, rec, u):
+    """A job that ended well: its record written."""
+    if kind == 'pretrain':
+        write_record(rec, run, ' '.join(['python train.py', *cmd]), u)
+    else:
+        write_glue_record(kind, cmd, run, rec)
+    return rec
+
+
 def run_all(plan, u):
-    """Runs the jobs whose records are missing, `jobs` at a time, each once what it needs is recorded; writes each
-    record as its job ends."""
-    todo = [j for j in plan if not job_done(j[0], j[3], j[5])]
-    env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
-    running = {}
+    """Runs the jobs whose records are missing, `jobs` at a time, each once what it needs is recorded (fine-tuning
+    its model's pre-training); writes each record as its job ends."""
+    todo = [Job(f"{kind} {arm}_s{sd}", run, f'{kind}.txt', command(kind, cmd, run),
+                partial(finish, kind, cmd, run, rec, u),
+                needs='' if kind == 'pretrain' else os.path.join(records, f"{arm}_s{sd}.jsonl"))
+            for kind, arm, sd, cmd, run, rec in plan if not job_done(kind, cmd, rec)]
     print(f"study_glue: {len(plan) - len(todo)} of {len(plan)} jobs recorded in {records}/; {len(todo)} to run, "
           f"{jobs} at a time", flush=True)
-    try:
-        while todo or running:
-            ready = [j for j in todo if j[0] == 'pretrain' or os.path.exists(os.path.join(records,
-                                                                                         f"{j[1]}_s{j[2]}.jsonl"))]
-            while ready and len(running) < jobs:
-                job = ready.pop(0)
-                todo.remove(job)
-                kind, arm, sd, cmd, run, rec = job
-                os.makedirs(run, exist_ok=True)
-                with open(os.path.join(run, f'{kind}.txt'), 'a') as f:
-                    p = subprocess.Popen([sys.executable, *command(kind, cmd, run)], stdout=f,
-                                         stderr=subprocess.STDOUT, env=env)
-                running[rec] = (p, arm, sd, kind, cmd, run, time.time())
-                print(f"  started {kind} {arm}_s{sd}", flush=True)
-            if not running:
-                raise SystemExit("study_glue: the jobs left wait for pre-training records that are not there")
-            time.sleep(2)
-            for rec, (p, arm, sd, kind, cmd, run, t0) in list(running.items()):
-                if p.poll() is None:
-                    continue
-                del running[rec]
-                if p.returncode:
-                    with open(os.path.join(run, f'{kind}.txt')) as f:
-                        last = (f.read().strip().splitlines() or [''])[-1]
-                    raise SystemExit(f"study_glue: {kind} {arm}_s{sd} failed (exit {p.returncode}): {last}")
-                if kind == 'pretrain':
-                    write_record(rec, run, ' '.join(['python train.py', *cmd]), u)
-                else:
-                    write_glue_record(kind, cmd, run, rec)
-                print(f"  done {kind} {arm}_s{sd} in {(time.time() - t0) / 60:.1f} min: {rec}", flush=True)
-    except BaseException:  # Ctrl-C or a failed job: the others stop (train.py saves first)
-        for p, *_ in running.values():
-            p.send_signal(signal.SIGINT)
-        for p, *_ in running.values():
-            p.wait()
-        if sys.exc_info()[0] is KeyboardInterrupt:
-            raise SystemExit("study_glue: interrupted; the same command continues where it stopped")
-        raise
+    run_jobs(todo, jobs, threads, 'study_glue')
 
 
 # ----------------------------------------------------------------------------- the summary

@@ -180,9 +180,9 @@ def eval_batches(blocks, n_batches, batch_size, mask_prob, special):
 def frequency_only_loss(train, eval_blocks, n_ordinary, max_tokens=1 << 27):
     """U: the loss (nats) of guessing each ordinary token of eval_blocks from its frequency in the train blocks alone
     (add-one smoothed), without context. Masking picks the predicted positions uniformly among those tokens, so U is
-    that guess's expected eval loss: a model at U does as well as token frequencies do. study.py's unigram_loss; the
-    counts are read in chunks (memory stays flat), from evenly spaced blocks (an estimate) when the train split holds
-    more than max_tokens."""
+    that guess's expected eval loss: a model at U does as well as token frequencies do (the studies' U: jobs.py's
+    unigram_loss). The counts are read in chunks (memory stays flat), from evenly spaced blocks (an estimate) when
+    the train split holds more than max_tokens."""
     step = max(1, -(-train.size // max_tokens))
     counts = np.ones(n_ordinary)
     for i in range(0, len(train), step * 4096):

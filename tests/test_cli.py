@@ -47,11 +47,12 @@ def run(args, cwd):
 
 def learnt_lines_read_the_loss(stdout, repo):
     """The run's last lines: its eval loss beside the untrained model's (step 0 in log.jsonl) and U, the loss of
-    guessing each token from its frequency alone (study.py's unigram_loss on config/tiny.py's eval blocks)."""
-    import study
-    evals = study.read_evals(str(repo / "out" / "tiny_pair"))
+    guessing each token from its frequency alone (lib/jobs.py's unigram_loss on config/tiny.py's eval blocks)."""
+    from lib.jobs import unigram_loss
+    from plot import read_evals
+    evals = read_evals(str(repo / "out" / "tiny_pair"))
     first, last = evals[0], evals[-1]
-    u = study.unigram_loss(str(repo / "data" / "builtin"), 128, 16, 20)
+    u = unigram_loss(str(repo / "data" / "builtin"), 128, 16, 20)
     assert first["step"] == 0 and last["step"] == 4 and last["loss"] > u  # 4 steps: still far above U
     assert stdout.rstrip().splitlines()[-2:] == [
         f"learnt: eval loss {first['loss']:.2f} untrained (step 0), {last['loss']:.2f} at step 4: "

@@ -1,7 +1,6 @@
-"""study.py: the censored-time statistics on hand-made numbers with answers worked out by hand, the summary on
-hand-made logs, and the whole command on tiny runs (records written, nothing re-run, the summary rebuilt from the
-committed records alone)."""
-import itertools
+"""study.py: its endpoints, the summary on hand-made logs with answers worked out by hand, the plan, and the whole
+command on tiny runs (records written, nothing re-run, the summary rebuilt from the committed records alone). Its
+statistics: test_stats.py; the launcher and the records: test_jobs.py."""
 import json
 import os
 import shutil
@@ -12,82 +11,19 @@ import numpy as np
 import pytest
 
 import study
-from lib.files import lock_dir, unlock_dir
-from plot import first_step_below
 from conftest import ROOT
+from lib.files import lock_dir, unlock_dir
+from lib.jobs import read_record, unigram_loss
+from lib.stats import holm
+from plot import first_step_below
 
 
-
-def test_kaplan_meier_with_a_censored_run_and_ties():
-    # 5 runs: events at 100, 200, 200, 400; one censored at 300 (it leaves the risk set without an event)
-    curve = study.kaplan_meier([100, 200, 200, 300, 400], [True, True, True, False, True])
-    # by hand: 1 - 1/5 = 0.8; x (1 - 2/4) = 0.4; at 400 one run at risk, one event: 0
-    assert curve == [(0, 1.0), (100, pytest.approx(0.8)), (200, pytest.approx(0.4)), (400, pytest.approx(0.0))]
-    assert study.km_median(curve) == 200
-    assert study.rmst(curve, 500) == pytest.approx(100 * 1.0 + 100 * 0.8 + 200 * 0.4 + 100 * 0.0)
-    # censoring is not an event: the same numbers with 300 as an event give another curve
-    assert study.kaplan_meier([100, 200, 200, 300, 400], [True] * 5)[3] == (300, pytest.approx(0.2))
-
-
-def test_km_median_at_exactly_half_despite_rounding():
-    # 10 runs, a tie at 975: survival after the 5th event is 0.9 x 7/9 x 6/7 x 5/6 = 0.5 exactly, which floating
-    # point gives as 0.5000000000000001; the median is still that step (the 5th of 10 sorted), not the next
-    times = [850, 975, 975, 1150, 1175, 1550, 1700, 1725, 1875, 2125]
-    curve = study.kaplan_meier(times, [True] * 10)
-    assert dict(curve)[1175] == pytest.approx(0.5)
-    assert study.km_median(curve) == 1175 == sorted(times)[4]
-
-
-def test_kaplan_meier_all_censored_and_majority_censored():
-    curve = study.kaplan_meier([1500, 1500, 1500], [False, False, False])
-    assert curve == [(0, 1.0)] and study.km_median(curve) is None and study.rmst(curve, 1500) == 1500
-    curve = study.kaplan_meier([800, 1500, 1500], [True, False, False])  # 2 of 3 still on the plateau at the cap
-    assert study.km_median(curve) is None and study.rmst(curve, 1500) == pytest.approx(800 + 700 * 2 / 3)
-
-
-def test_students_t_against_closed_forms_and_scipy():
-    # df = 1 (Cauchy) and df = 2 have closed forms
-    for t in (-30.0, -2.0, -0.3, 0.0, 0.7, 4.0):
-        assert study.t_cdf(t, 1) == pytest.approx(0.5 + np.arctan(t) / np.pi, abs=1e-12)
-        assert study.t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * np.sqrt(2 + t * t)), abs=1e-12)
-    assert study.t_quantile(0.975, 2) == pytest.approx(0.95 * np.sqrt(2 / (1 - 0.95 ** 2)), abs=1e-9)  # solved
-    scipy_stats = pytest.importorskip("scipy.stats")
-    for t, df in itertools.product((-5.0, -1.3, 0.2, 2.1, 9.0), (4, 9, 14, 29)):
-        assert study.t_cdf(t, df) == pytest.approx(scipy_stats.t.cdf(t, df), abs=1e-12)
-    d = [-0.42, 0.1, -0.81, -0.2, -0.33, 0.05, -0.6]
-    mean, ci, p = study.paired_t(d)
-    ref = scipy_stats.ttest_1samp(d, 0.0)
-    assert p == pytest.approx(ref.pvalue, rel=1e-9) and ci == pytest.approx(tuple(ref.confidence_interval()), rel=1e-9)
-
-
-def test_paired_t_by_hand():
-    mean, (lo, hi), p = study.paired_t([1.0, 2.0, 3.0])  # mean 2, sd 1, se 1/sqrt(3), df 2
-    h = 0.95 * np.sqrt(2 / (1 - 0.95 ** 2)) / np.sqrt(3)  # t(0.975, 2), from the df = 2 closed form, x se
-    assert mean == 2.0 and lo == pytest.approx(2 - h) and hi == pytest.approx(2 + h)
-    t = 2 * np.sqrt(3)  # df = 2: P(|T| > t) = 1 - t / sqrt(2 + t^2)
-    assert p == pytest.approx(1 - t / np.sqrt(2 + t * t))
-    assert study.paired_t([0.5, 0.5]) == (0.5, (0.5, 0.5), 0.0)  # no spread at all
-
-
-def test_exact_sign_flip_holm_and_tost_by_hand():
-    assert study.sign_flip_p([0.1, 0.2, 0.3, 0.4, 0.5]) == 2 / 32  # all one sign: the smallest p at n = 5
-    assert study.sign_flip_p([1.0, -1.0]) == 1.0
-    # [3, -1, 2]: sums over the 8 sign patterns: +-(3-1+2)=4, +-(3+1+2)=6, +-(3-1-2)=0, +-(-3-1+2)=2 -> |sum| >= 4: 4
-    assert study.sign_flip_p([3.0, -1.0, 2.0]) == 4 / 8
-    assert study.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])  # 3 x 0.01, 2 x 0.03, max(1 x 0.04)
-    assert study.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
-    ci, p = study.tost([0.01, -0.02, 0.0, 0.02, -0.01], 0.5)  # tight around 0: inside a wide margin
-    assert -0.5 < ci[0] < ci[1] < 0.5 and p < 0.001
-    ci, p = study.tost([0.3, -0.4, 0.5, -0.2, 0.1], 0.1)  # wide: not shown
-    assert ci[0] < -0.1 and p > 0.05
-
-
-def test_spearman_and_the_entropy_endpoint():
-    assert study.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert study.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+def test_the_rank_correlation_and_the_entropy_endpoint():
     ties = np.corrcoef([1, 2.5, 2.5, 4], [1, 3, 2, 4])[0, 1]  # the tied pair shares rank 2.5
-    assert study.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(ties)
-    assert study.spearman([1, 1, 1], [1, 2, 3]) is None and study.spearman([1, 2], [1, 2]) is None
+    assert study.rank_correlation([(1, 1), (2, 3), (2, 2), (3, 4)]) == pytest.approx(ties)
+    # undefined (a constant side) or two pairs (always +-1): None, null in the summary (JSON has no nan)
+    assert study.rank_correlation([(100, 1), (100, 2), (100, 3)]) is None
+    assert study.rank_correlation([(1, 1), (2, 2)]) is None and study.rank_correlation([]) is None
     ent = lambda steps: [{"step": s, "loss": 9.0, "attn_entropy": [e, e]} for s, e in steps]
     # step 25: 0.9; the first eval after it below 0.8 x 0.9 = 0.72 is step 75 (0.71), not step 50 (0.73)
     assert study.entropy_step(ent([(0, 1.0), (25, 0.9), (50, 0.73), (75, 0.71), (100, 0.5)])) == 75
@@ -95,34 +31,15 @@ def test_spearman_and_the_entropy_endpoint():
     assert study.entropy_step([{"step": 25, "loss": 9.0}]) is None  # no diagnostics recorded
 
 
-def test_unigram_loss_by_hand(tmp_path):
-    d = tmp_path / "d"
-    d.mkdir()
-    # ordinary ids 0..3, specials 4..7; train: 0 x4, 1 x2, 2 x1, 3 x0 and specials; blocks of 8
-    train = np.array([6, 0, 0, 0, 0, 1, 1, 2, 7, 4, 4, 4, 4, 4, 4, 4], dtype=np.uint16)
-    val = np.array([6, 0, 1, 3, 7, 4, 4, 4, 6, 2, 2, 2, 2, 2, 2, 7], dtype=np.uint16)
-    train.tofile(d / "train.bin")
-    val.tofile(d / "val.bin")
-    (d / "meta.json").write_text(json.dumps({"vocab_size": 8, "block_size": 8, "train_blocks": 2, "val_blocks": 2,
-                                             "dtype": "uint16", "special": {"pad": 4, "cls": 6, "sep": 7, "mask": 5}}))
-    p = np.array([5, 3, 2, 1]) / 11  # add-one smoothed counts of 0..3
-    # eval blocks: the first eval_iters * batch_size = 1 block: tokens 0, 1, 3
-    assert study.unigram_loss(str(d), 8, 1, 1) == pytest.approx(-np.log(p[[0, 1, 3]]).mean())
-    assert study.unigram_loss(str(d), 8, 2, 1) == pytest.approx(-np.log(p[[0, 1, 3, 2, 2, 2, 2, 2, 2]]).mean())
-
-
 def evals(losses, step=25):
     return [{"type": "eval", "step": i * step, "loss": l} for i, l in enumerate(losses)]
 
 
-def test_summary_on_hand_made_curves(monkeypatch):
-    monkeypatch.setattr(study, "drop", 0.5)
-    monkeypatch.setattr(study, "loss_step", 50)
-    monkeypatch.setattr(study, "sweep", "0.2,0.5")
+def test_summary_on_hand_made_curves():
     u = 5.0  # criterion: loss <= 4.5
     runs = {"original": {"1": evals([9, 5.0, 4.9, 4.5, 4.0]), "2": evals([9, 5.0, 4.9, 4.8, 4.7])},  # 75; censored 100
             "pairwise": {"1": evals([9, 5.0, 4.4]), "2": evals([9, 4.9, 4.5])}}  # 50, 50: stopped at min_steps
-    s = study.censored_summary(runs, u, 100)
+    s = study.censored_summary(runs, u, 100, drop=0.5, loss_step=50, sweep=[0.2, 0.5])
     o, p = s["per_arm"]["original"], s["per_arm"]["pairwise"]
     assert o["steps_to_criterion"] == {"1": 75, "2": None} and o["reached"] == 1 and o["n"] == 2
     assert o["km_median"] == 75 and o["rmst"] == pytest.approx(75 + 25 * 0.5)
@@ -143,16 +60,12 @@ def test_summary_on_hand_made_curves(monkeypatch):
     assert s["sweep"]["0.5"]["original"] == {"km_median": 75, "reached": 1, "n": 2}
 
 
-def test_the_loss_endpoint_stays_at_its_step_when_runs_train_longer(monkeypatch):
+def test_the_loss_endpoint_stays_at_its_step_when_runs_train_longer():
     """Runs trained to the cap (--min_steps=cap, as on the second corpus) keep the pre-registered loss endpoint:
     the summary's loss is at loss_step, not at min_steps."""
-    monkeypatch.setattr(study, "drop", 0.5)
-    monkeypatch.setattr(study, "min_steps", 100)
-    monkeypatch.setattr(study, "loss_step", 50)
-    monkeypatch.setattr(study, "sweep", "")
     runs = {"original": {"1": evals([9, 5.0, 4.9, 4.5, 4.0]), "2": evals([9, 5.0, 4.8, 4.8, 4.7])},
             "pairwise": {"1": evals([9, 5.0, 4.4, 4.3, 4.2]), "2": evals([9, 4.9, 4.5, 4.4, 4.1])}}
-    s = study.censored_summary(runs, 5.0, 100)
+    s = study.censored_summary(runs, 5.0, 100, drop=0.5, loss_step=50, sweep=[])
     assert s["per_arm"]["original"]["loss_at_50"]["per_seed"] == {"1": 4.9, "2": 4.8}
     assert "loss_at_100" not in s["per_arm"]["original"]
     c = {x["endpoint"]: x for x in s["comparisons"]}
@@ -160,18 +73,15 @@ def test_the_loss_endpoint_stays_at_its_step_when_runs_train_longer(monkeypatch)
     assert c["loss_at_cap"]["per_seed"] == pytest.approx({"1": 0.2, "2": -0.6})
 
 
-def test_comparisons_holm_within_a_family_and_the_new_seeds_alone(monkeypatch):
-    monkeypatch.setattr(study, "drop", 0.5)
-    monkeypatch.setattr(study, "loss_step", 50)
-    monkeypatch.setattr(study, "sweep", "")
+def test_comparisons_holm_within_a_family_and_the_new_seeds_alone():
     seeds = ["2", "7", "8", "9"]
     base = {sd: evals([9, 5.0, 4.9, 4.4]) for sd in seeds}  # loss 4.9 at step 50
     arm = lambda ds: {sd: evals([9, 5.0, 4.9 + d, 4.4]) for sd, d in zip(seeds, ds)}
     runs = {"original": base, "pairwise": arm([-0.3, -0.2, -0.25, -0.35]), "original_scaled": arm([0.1, -0.1, 0, 0.05]),
             "symmetric": arm([-0.3, -0.2, -0.25, -0.35])}
-    c = {(x["arm"], x["endpoint"]): x for x in study.censored_summary(runs, 5.0, 100)["comparisons"]}
+    c = {(x["arm"], x["endpoint"]): x for x in study.censored_summary(runs, 5.0, 100, 0.5, 50, [])["comparisons"]}
     primary = [c[("pairwise", "loss_at_50")], c[("original_scaled", "loss_at_50")]]
-    assert [x["p_holm"] for x in primary] == pytest.approx(study.holm([x["p_t"] for x in primary]))
+    assert [x["p_holm"] for x in primary] == pytest.approx(holm([x["p_t"] for x in primary]))
     sym = c[("symmetric", "loss_at_50")]  # the same numbers as pairwise, but alone in its family: no adjustment
     assert sym["p_t"] == pytest.approx(primary[0]["p_t"]) and sym["p_holm"] == sym["p_t"] < primary[0]["p_holm"]
     new = primary[0]["new_seeds"]  # seeds 7, 8, 9 (NEW_SEEDS = 7): the replication
@@ -186,7 +96,7 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
                     'batch_size = 8\ngradient_accumulation_steps = 1\nmax_iters = 12\nlearning_rate = 1e-2\n'
                     'warmup_iters = 2\ndecay_lr = False\neval_interval = 2\neval_iters = 2\nlog_interval = 2\n'
                     'checkpoint_interval = 0\ncompile = False\ndtype = "float32"\n')
-    u = study.unigram_loss(str(data), 64, 8, 2)
+    u = unigram_loss(str(data), 64, 8, 2)
     args = [sys.executable, "study.py", f"--base={base}", "--arms=original,pairwise", "--seeds=1,2", "--drop=-2.5",
             "--min_steps=8", "--loss_step=8", "--sweep=-2.5,-1", f"--out_dir={tmp_path}/runs",
             f"--records={tmp_path}/rec", f"--summary={tmp_path}/study.json", f"--figures={tmp_path}/fig"]
@@ -199,7 +109,7 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
     assert s["unigram_loss"] == pytest.approx(u) and s["level"] == pytest.approx(u + 2.5) and s["cap"] == 12
     for arm in ("original", "pairwise"):
         for sd in ("1", "2"):
-            head, ev = study.read_record(str(tmp_path / "rec" / f"{arm}_s{sd}.jsonl"))
+            head, ev = read_record(str(tmp_path / "rec" / f"{arm}_s{sd}.jsonl"))
             assert head["config"]["seed"] == int(sd) and head["config"]["attention_type"] == arm
             head_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
             assert head["commit"].split("+")[0] == head_commit.stdout.strip()  # the code that trained it
@@ -234,18 +144,6 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
 
 
 
-def test_a_record_older_than_a_setting_counts_it_at_its_default(tmp_path):
-    """A record made before train.py had a setting ran with its default: a base config that sets it to the default
-    asks for the same run; to another value, for another run."""
-    base = tmp_path / "b.py"
-    base.write_text("learning_rate = 1e-3\nsave_interval = 25\nqk_lr_scale = 1.0\n")
-    old = {k: v for k, v in study.script_defaults(os.path.join(ROOT, "train.py")).items()
-           if k not in ("save_interval", "qk_lr_scale")}
-    old["learning_rate"] = 1e-3
-    assert study.differ(old, [str(base)]) == []
-    assert study.differ(old, [str(base), "--qk_lr_scale=8.0"]) == ["qk_lr_scale 1.0 -> 8.0"]
-
-
 def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
     base = tmp_path / "b.py"
     base.write_text(f'dataset = "{data_dir}"\nn_layer, n_head, n_embd, n_inner = 1, 2, 32, 64\nblock_size = 64\n'
@@ -258,32 +156,32 @@ def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
     assert p.returncode == 1 and "original_s1 is in use by a test" in p.stderr and not (tmp_path / "rec").exists()
 
 
-def test_the_plan_gives_each_family_its_own_number_of_seeds(monkeypatch):
-    monkeypatch.setattr(study, "arms", "original,symmetric,original_heat")
-    plan = study.plan_runs()
+def test_the_plan_gives_each_family_its_own_number_of_seeds():
+    plan = study.plan_runs("original,symmetric,original_heat", "", 2, "config/study.py", "")
     seeds = {arm: [sd for a, sd, _ in plan if a == arm] for arm in ("original", "symmetric", "original_heat")}
     assert seeds == {"original": [str(s) for s in range(2, 2 + study.SEEDS["primary"])],
                      "symmetric": [str(s) for s in range(2, 2 + study.SEEDS["exploratory"])],
                      "original_heat": [str(s) for s in range(2, 2 + study.SEEDS["start_or_step"])]}
     assert [sd for _, sd, _ in plan] == sorted((sd for _, sd, _ in plan), key=int)  # seed-major
-    monkeypatch.setattr(study, "seeds", "7,9")  # a list given: every arm has exactly those
-    assert {sd for _, sd, _ in study.plan_runs()} == {"7", "9"} and len(study.plan_runs()) == 6
-    heat = next(cmd for a, _, cmd in study.plan_runs() if a == "original_heat")
-    assert "--score_scale_warmup=500" in heat and "--score_scale=8.0" in heat  # the pre-registered arm (docs/study.md)
+    plan = study.plan_runs("original,symmetric,original_heat", "7,9", 2, "b.py", "--device=cuda")
+    assert {sd for _, sd, _ in plan} == {"7", "9"} and len(plan) == 6  # a list given: every arm has exactly those
+    heat = next(cmd for a, _, cmd in plan if a == "original_heat")
+    assert heat == ["b.py", "--attention_type=original", "--score_scale=8.0", "--score_scale_warmup=500", "--seed=7",
+                    "--device=cuda"]  # the pre-registered arm (docs/study.md), then the extra train.py arguments
+    assert [a for a, _, _ in study.plan_runs("", "3", 2, "b.py", "")] == list(study.ARMS)  # '': every arm, in order
 
 
-def test_the_entropy_median_counts_runs_whose_entropy_never_dropped(monkeypatch):
-    monkeypatch.setattr(study, "min_steps", 50)
-    monkeypatch.setattr(study, "sweep", "0.5")
+def test_the_entropy_median_counts_runs_whose_entropy_never_dropped():
 
     def run(entropies):  # mean entropy per eval, from step 0: the drop is below 0.8 x the value at step 25
         return [{"type": "eval", "step": i * 25, "loss": 9.0, "attn_entropy": [h]} for i, h in enumerate(entropies)]
 
     dropped, flat = run([1.0, 1.0, 0.9, 0.7, 0.6]), run([1.0, 1.0, 1.0, 0.9, 0.9])  # 75; never (last step 100)
-    s = study.censored_summary({"original": {"1": dropped, "2": flat, "3": flat}}, 9.5, 100)["per_arm"]["original"]
+    summary = lambda runs: study.censored_summary({"original": runs}, 9.5, 100, 0.7, 50, [0.5])["per_arm"]["original"]
+    s = summary({"1": dropped, "2": flat, "3": flat})
     assert s["entropy_step"] == {"1": 75, "2": None, "3": None}
     assert s["entropy_step_median"] is None  # two of three never dropped: not the one that did (75)
-    s = study.censored_summary({"original": {"1": dropped, "2": dropped, "3": flat}}, 9.5, 100)["per_arm"]["original"]
+    s = summary({"1": dropped, "2": dropped, "3": flat})
     assert s["entropy_step_median"] == 75
 
 
@@ -305,15 +203,12 @@ def test_the_prose_plan_summarises_its_committed_records(tmp_path):
     s = json.loads((tmp_path / "prose.json").read_text())
     assert s["base_config"] == "config/study_prose.py" and s["min_steps"] == 3000 and s["loss_step"] == 1000
     assert set(s["arms"]) <= {"original", "pairwise", "original_scaled", "original_heat"} and "original" in s["arms"]
-    head, evals = study.read_record(os.path.join(ROOT, "assets", "study_prose", "original_s2.jsonl"))
+    head, evals = read_record(os.path.join(ROOT, "assets", "study_prose", "original_s2.jsonl"))
     assert s["per_arm"]["original"]["loss_at_1000"]["per_seed"]["2"] == study.loss_at(evals, 1000)
     assert s["unigram_loss"] == pytest.approx(head["unigram_loss"])
 
 
-def test_the_per_seed_table_pairs_each_seed_across_arms(monkeypatch, capsys):
-    monkeypatch.setattr(study, "loss_step", 50)
-    monkeypatch.setattr(study, "sweep", "")
-    monkeypatch.setattr(study, "drop", 0.5)
+def test_the_per_seed_table_pairs_each_seed_across_arms(capsys):
 
     def run(losses, entropies):
         return [{"type": "eval", "step": i * 25, "loss": l, "attn_entropy": [h]}
@@ -321,7 +216,7 @@ def test_the_per_seed_table_pairs_each_seed_across_arms(monkeypatch, capsys):
     runs = {"original": {"2": run([9, 5.0, 4.9, 4.5, 4.4], [1, 1, 0.9, 0.7, 0.7]),   # criterion 75, entropy 75
                          "3": run([9, 5.0, 4.9, 4.8, 4.7], [1, 1, 1, 1, 1])},       # censored, never
             "pairwise": {"3": run([9, 5.0, 4.4, 4.3, 4.2], [1, 1, 0.5, 0.5, 0.5])}}  # 50, 50; no seed 2
-    study.per_seed_table(study.censored_summary(runs, 5.0, 100)["per_arm"], 100)
+    study.per_seed_table(study.censored_summary(runs, 5.0, 100, 0.5, 50, [])["per_arm"], 100)
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert rows[0] == "| seed | original | pairwise |"
     assert rows[1:] == ["| 2 | 75 (75) | - |", "| 3 | > 100 (never) | 50 (50) |"]

@@ -6,10 +6,10 @@ import sys
 
 import numpy as np
 import pytest
-from scipy import stats
 
 import study_glue
 from conftest import ROOT
+from lib.jobs import read_record
 from test_glue import write
 
 
@@ -23,6 +23,7 @@ def test_summary_against_scipy(monkeypatch):
     """Paired comparisons with the original: accuracy as a ratio (t on logs), GLUE-4 as a difference; p against
     scipy's paired t-test; Holm over the three operators; the untrained model outside the family; the time-matched
     step from the arms' step times."""
+    stats = pytest.importorskip("scipy.stats")
     monkeypatch.setattr(study_glue, 'glue_seeds', '1,2')
     rng = np.random.default_rng(0)
     seeds = ['2', '3', '4', '5']
@@ -92,9 +93,9 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "0 of 14 jobs recorded" in p.stdout and "every job of the plan" in p.stdout
     rec = tmp_path / "rec"
-    head, ev = study_glue.read_record(str(rec / "hybrid_s3.jsonl"))
+    head, ev = read_record(str(rec / "hybrid_s3.jsonl"))
     assert head["config"]["attention_type"] == "hybrid" and head["config"]["sub_ln"] and ev[-1]["step"] == 6
-    assert [r["step"] for r in study_glue.read_record(str(rec / "untrained_s2.jsonl"))[1]] == [0]
+    assert [r["step"] for r in read_record(str(rec / "untrained_s2.jsonl"))[1]] == [0]
     g = json.loads((rec / "original_s2.glue.json").read_text())
     assert set(g["runs"]) == {"sst2", "rte"} and set(g["runs"]["rte"]) == {"1", "2"}
     assert g["request"]["epochs"] == "1" and "init_from" not in g["protocol"]  # no path of this machine
