@@ -151,7 +151,8 @@ def pearson(x, y):
 def task_metrics(task, pred, gold):
     """Every metric of the task (x100) and 'score', its number in the GLUE score: the mean of them."""
     if task == 'stsb':
-        m = {'pearson': pearson(pred, gold), 'spearman': spearman(pred, gold)}
+        rho = spearman(pred, gold)  # nan for a constant prediction (a collapsed model): 0 here, like pearson and mcc
+        m = {'pearson': pearson(pred, gold), 'spearman': 0.0 if math.isnan(rho) else rho}
     elif task == 'cola':
         m = {'mcc': mcc(pred, gold)}
     else:

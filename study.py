@@ -446,6 +446,14 @@ def draw(runs, s, records, prefix):
     entropy_figure(runs, s['per_arm'], s['drop'], f"{prefix}_entropy")
 
 
+def numbers(text):
+    """A comma list of numbers, or None where one is not a number."""
+    try:
+        return [float(x) for x in text.split(',') if x]
+    except ValueError:
+        return None
+
+
 def main():
     signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the runs save, then stop too
@@ -453,8 +461,9 @@ def main():
                     f"arms must be a comma list of {', '.join(ARMS)}"),
           (all(s.isdigit() for s in seeds.split(',')) if seeds else True, "seeds must be a comma list of integers"),
           (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
-          (records.strip() and out_dir.strip(), "records and out_dir must name folders (an unset shell variable?)"))
-    drops = [float(x) for x in sweep.split(',') if x]
+          (records.strip() and out_dir.strip(), "records and out_dir must name folders (an unset shell variable?)"),
+          (numbers(sweep) is not None, "sweep must be a comma list of drops in nats, e.g. 0.5,0.6"))
+    drops = numbers(sweep)
     plan = plan_runs(arms, seeds, first_seed, base, train_args)
     base_cfg, cap = base_settings(base, min_steps, loss_step)
     u = unigram_level(read_records(plan, records), base_cfg, records, train)

@@ -16,7 +16,6 @@ import configurator
 from lib import dataloader
 from lib import files
 import finetune_glue as fg
-import study
 from conftest import ROOT, run_script
 from model import Bert, BertConfig
 from lib.run import Run
@@ -297,6 +296,7 @@ def test_new_cases_empty_names_a_negative_sample_cap_and_an_empty_checkpoint(tmp
     one_line_error(run_script("finetune_glue.py", f"--init_from={tmp_path}/m.pt", "--max_train_samples=-5",
                               "--device=cpu"), "max_train_samples >= 0")  # a negative cap dropped the last rows
     one_line_error(run_script("study.py", "--records=", "--train=False"), "records and out_dir must name folders")
+    one_line_error(run_script("study.py", "--sweep=0.5,a", "--train=False"), "sweep must be a comma list of drops")
     with pytest.raises(SystemExit, match="the dataset setting is empty"):
         dataloader.dataset_dir("")
     (tmp_path / "empty.pt").write_bytes(b"")

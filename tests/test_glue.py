@@ -41,6 +41,8 @@ def test_task_numbers():
     m = fg.task_metrics('stsb', np.array([1.0, 2, 2, 10]), np.array([1.0, 3, 2, 4]))
     assert m['spearman'] == pytest.approx(300 / math.sqrt(10)) and m['pearson'] < m['spearman']
     assert m['score'] == pytest.approx((m['pearson'] + m['spearman']) / 2)
+    m = fg.task_metrics('stsb', np.full(4, 2.5), np.array([1.0, 3, 2, 4]))  # a collapsed model: no correlation, 0
+    assert m == {'pearson': 0.0, 'spearman': 0.0, 'score': 0.0}
 
 
 TABLE3 = {  # mrpc cola mnli-m mnli-mm qqp rte stsb qnli sst2, and the paper's GLUE score
