@@ -28,8 +28,8 @@ from torch.profiler import ProfilerActivity
 from lib.dataloader import mask_tokens
 from lib.device import autocast, gpu_peak_flops, resolve_dtype, set_up
 from lib.files import write_json
-from model import ATTENTION_TYPES, Bert, BertClassifier, BertConfig
 from lib.step import compile_model
+from model import ATTENTION_TYPES, Bert, BertClassifier, BertConfig
 
 # -----------------------------------------------------------------------------
 device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or mps

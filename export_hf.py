@@ -27,8 +27,8 @@ import torch
 
 from lib.checkpoint import load_checkpoint
 from lib.files import atomic_write, locked
-from model import BertConfig
 from lib.tokenizer import GPT2_PAT_STR, N_GPT2, SPECIAL_TOKENS, get_tokenizer
+from model import BertConfig
 
 # -----------------------------------------------------------------------------
 init_from = ''  # a train.py checkpoint (ckpt.pt or a snapshot) or a finetune_glue.py --save_models classifier

@@ -28,13 +28,13 @@ import torch
 from tqdm import tqdm
 
 from configurator import check, configure, oneline
-from lib.device import set_up
-from model import BertClassifier, BertConfig
 from lib.checkpoint import Unreadable, load_checkpoint, save_checkpoint
+from lib.device import set_up
 from lib.files import locked, read_json, write_json
 from lib.stats import spearman
 from lib.step import optimizer_step, schedule
 from lib.tokenizer import get_tokenizer
+from model import BertClassifier, BertConfig
 
 # -----------------------------------------------------------------------------
 init_from = ''  # a train.py checkpoint: <out_dir>/ckpt.pt or <out_dir>/snapshots/ckpt_<step>.pt

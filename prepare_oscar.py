@@ -34,9 +34,9 @@ from multiprocessing import Pool
 import numpy as np
 from tqdm import tqdm
 
-from lib import tokenizer
 from configurator import oneline
 from lib.files import locked, read_json, remove_stale_temporaries
+from lib import tokenizer
 
 # -----------------------------------------------------------------------------
 source = 'builtin'   # 'builtin' | 'gcide' | 'prose' | 'oscar' | 'files' | 'hf:<dataset>' (any Hugging Face dataset)

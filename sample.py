@@ -11,10 +11,10 @@ architecture initialised from the run's seed), to see what training changed. A [
 """
 import torch
 
-from lib.device import check_device
 from lib.checkpoint import load_checkpoint
-from model import Bert, BertConfig
+from lib.device import check_device
 from lib.tokenizer import encode_with_specials, get_tokenizer
+from model import Bert, BertConfig
 
 # -----------------------------------------------------------------------------
 init_from = ''  # a train.py checkpoint: out_dir/ckpt.pt or a snapshot

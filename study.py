@@ -22,7 +22,6 @@ from functools import partial
 
 import numpy as np
 
-import plot
 from configurator import check, configure, read_file
 from lib.checkpoint import load_checkpoint
 from lib.dataloader import dataset_dir
@@ -30,6 +29,7 @@ from lib.files import lock_dir, write_json
 from lib.jobs import RUN_KEYS_IGNORED, Job, differ, read_record, run_jobs, unigram_loss, write_record
 from lib.run import END_KEYS
 from lib.stats import holm, kaplan_meier, km_median, paired_t, rmst, sign_flip_p, spearman, tost
+import plot
 from plot import first_step_below, read_evals
 
 # -----------------------------------------------------------------------------

@@ -20,12 +20,12 @@ from functools import partial
 import numpy as np
 import torch
 
-import plot
 from configurator import check, configure, read_file
 from lib.dataloader import dataset_dir
 from lib.files import read_json, write_json
 from lib.jobs import Job, code_commit, cpu_name, differ, read_record, run_jobs, unigram_loss, write_record
 from lib.stats import holm, paired_t, sign_flip_p, tost
+import plot
 
 # -----------------------------------------------------------------------------
 base = 'config/study_glue.py'  # the train.py config every arm starts from

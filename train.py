@@ -26,10 +26,10 @@ from tqdm import tqdm
 from configurator import check, configure
 from lib.dataloader import PretrainingData
 from lib.device import set_up, set_up_processes
-from model import Bert, BertConfig
 from lib.run import Run
 from lib import step
 from lib.step import distribute_and_compile, optimizer_step, schedule
+from model import Bert, BertConfig
 
 # -----------------------------------------------------------------------------
 out_dir = "out"  # checkpoints and log.jsonl go here

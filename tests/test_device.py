@@ -4,8 +4,8 @@ import platform
 import pytest
 import torch
 
-from lib import device
 from conftest import run_script
+from lib import device
 
 
 def test_dtype_follows_the_device(monkeypatch, tmp_path):

@@ -7,11 +7,11 @@ import sys
 import pytest
 import torch
 
+from conftest import ROOT
 import export_hf
 from lib.files import atomic_write
-from model import Bert, BertClassifier, BertConfig
 from lib.tokenizer import encode_with_specials, get_tokenizer
-from conftest import ROOT
+from model import Bert, BertClassifier, BertConfig
 
 transformers = pytest.importorskip("transformers")
 TINY = dict(n_layer=2, n_head=2, n_embd=32, n_inner=64, block_size=64)

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from lib import checkpoint
 import configurator
+from conftest import ROOT, run_script
+import finetune_glue as fg
+from lib import checkpoint
 from lib import dataloader
 from lib import files
-import finetune_glue as fg
-from conftest import ROOT, run_script
-from model import Bert, BertConfig
 from lib.run import Run
+from model import Bert, BertConfig
 from test_prepare import run as prepare
 from test_run import RUN
 from test_train import TINY, one_line_error, read_log, run_train

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-import finetune_glue as fg
-from model import Bert, BertConfig
-from lib.tokenizer import get_tokenizer
 from conftest import run_script
+import finetune_glue as fg
+from lib.tokenizer import get_tokenizer
+from model import Bert, BertConfig
 
 TINY = dict(n_layer=2, n_head=2, n_embd=64, n_inner=256, block_size=128)
 

@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
-from lib.device import gpu_peak_flops
 from conftest import ROOT
+from lib.device import gpu_peak_flops
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 SMALL = ["--n_layer=2", "--n_head=4", "--n_embd=128", "--n_inner=512", "--block_size=64", "--batch_size=16",

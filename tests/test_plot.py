@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-import plot
 from conftest import ROOT, run_script
+import plot
 
 
 

@@ -10,9 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-import prepare_oscar as po
-from lib.tokenizer import get_tokenizer
 from conftest import ROOT
+from lib.tokenizer import get_tokenizer
+import prepare_oscar as po
 
 
 ENC, SPECIAL = get_tokenizer()

@@ -5,9 +5,9 @@ import os
 import pytest
 import torch
 
-from model import Bert, BertConfig
 from lib.files import lock_dir, locked, unlock_dir
 from lib.run import NothingToDo, open_run, run_changes
+from model import Bert, BertConfig
 
 MODEL = dict(n_layer=1, n_head=2, n_embd=16, n_inner=32, block_size=16, dropout=0.0, attention_type="pairwise",
              hybrid_pattern="original,additive", sub_ln=False, s_init_std=1.0, symmetric_init=False, score_scale=1.0,

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from model import Bert, BertConfig
 from lib.step import distribute_and_compile, linear_schedule
+from model import Bert, BertConfig
 
 
 def test_lr_schedule_key_points():

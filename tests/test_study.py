@@ -10,12 +10,12 @@ import sys
 import numpy as np
 import pytest
 
-import study
 from conftest import ROOT
 from lib.files import lock_dir, unlock_dir
 from lib.jobs import read_record, unigram_loss
 from lib.stats import holm
 from plot import first_step_below
+import study
 
 
 def test_the_rank_correlation_and_the_entropy_endpoint():

@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-import study_glue
 from conftest import ROOT
 from lib.jobs import read_record
+import study_glue
 from test_glue import write
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from lib import checkpoint
-from model import Bert, BertConfig
-from lib.step import linear_schedule
 from conftest import ROOT, run_script
+from lib import checkpoint
+from lib.step import linear_schedule
+from model import Bert, BertConfig
 
 TINY = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--n_inner=64", "--block_size=64", "--batch_size=8",
         "--gradient_accumulation_steps=2", "--warmup_iters=5", "--learning_rate=1e-2", "--eval_iters=4",
