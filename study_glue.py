@@ -144,7 +144,7 @@ def run_all(plan, u):
 
 
 # ----------------------------------------------------------------------------- the summary
-def glue4(rec):
+def glue4(rec, tasks, glue_seeds):
     """A model's GLUE-4: per fine-tuning seed the plain mean of its task numbers, then the mean over the seeds; and
     the per-task means. None unless every task has every seed."""
     want, runs = tasks.split(','), rec['runs']
@@ -188,7 +188,7 @@ def interpolate(evals, step, key):
     return next((v for s_, v in pts if s_ == step), None)
 
 
-def summarize(pre, glue, bench, step_ms, cap):
+def summarize(pre, glue, bench, step_ms, cap, tasks, glue_seeds):
     """pre: {arm: {seed: evals}}; glue: {arm: {seed: glue record}}; bench: {arm: benchmark record} -> the summary."""
     at = lambda evals, step, key: next((r[key] for r in evals if r['step'] == step), None)
     trained = [a for a in pre if a != 'untrained']
@@ -200,13 +200,14 @@ def summarize(pre, glue, bench, step_ms, cap):
         endpoints['mlm_accuracy_at_equal_time'] = {a: {sd: interpolate(e, steps[a], 'accuracy')
                                                        for sd, e in pre[a].items()} for a in trained}
         out['time_matched_steps'] = steps
-    g4 = {a: {sd: s['score'] for sd, r in rs.items() if (s := glue4(r))} for a, rs in glue.items()}
+    g4_of = {a: {sd: s for sd, r in rs.items() if (s := glue4(r, tasks, glue_seeds))} for a, rs in glue.items()}
+    g4 = {a: {sd: s['score'] for sd, s in rs.items()} for a, rs in g4_of.items()}
     endpoints['glue4'] = g4
     for a in pre:
         out['per_arm'][a] = {'seeds': sorted(pre[a], key=int),
                              'mlm_loss_at_cap': {sd: at(e, cap, 'loss') for sd, e in pre[a].items()},
                              'mlm_accuracy_at_cap': acc.get(a), 'glue4': g4.get(a) or None,
-                             'glue4_tasks': {sd: s['tasks'] for sd, r in glue.get(a, {}).items() if (s := glue4(r))}}
+                             'glue4_tasks': {sd: s['tasks'] for sd, s in g4_of.get(a, {}).items()}}
     for endpoint, values in endpoints.items():
         family = [c for a in trained if a != REFERENCE and (c := compare(values, a, log=endpoint != 'glue4'))]
         for c, p in zip(family, holm([c['p_t'] for c in family])):
@@ -297,7 +298,7 @@ def main():
     times = os.path.join(records, 'step_times.json')  # bench.py --json=... of the arms, one quiet run
     raw = read_json(times, 'step times')['ms_per_step'] if os.path.exists(times) else {}
     step_ms = {a: raw[BENCH_NAMES.get(a, a)] for a in ARMS if BENCH_NAMES.get(a, a) in raw}
-    s = summarize(pre, glue, bench, step_ms, cap)
+    s = summarize(pre, glue, bench, step_ms, cap, tasks, glue_seeds)
     s['missing'] = missing
     report(s)
     if summary:

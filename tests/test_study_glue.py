@@ -12,6 +12,8 @@ from lib.jobs import read_record
 import study_glue
 from test_glue import write
 
+TASKS = study_glue.tasks  # GLUE-4: sst2, mrpc, stsb, rte
+
 
 def glue4_record(scores):
     """A glue record whose every task scores `scores[seed]` (one number per dev set)."""
@@ -19,12 +21,11 @@ def glue4_record(scores):
                      for t in ('sst2', 'mrpc', 'stsb', 'rte')}}
 
 
-def test_summary_against_scipy(monkeypatch):
+def test_summary_against_scipy():
     """Paired comparisons with the original: accuracy as a ratio (t on logs), GLUE-4 as a difference; p against
     scipy's paired t-test; Holm over the three operators; the untrained model outside the family; the time-matched
     step from the arms' step times."""
     stats = pytest.importorskip("scipy.stats")
-    monkeypatch.setattr(study_glue, 'glue_seeds', '1,2')
     rng = np.random.default_rng(0)
     seeds = ['2', '3', '4', '5']
     acc = {a: {sd: 0.1 + 0.05 * i + 0.01 * rng.random() for sd in seeds}
@@ -35,7 +36,7 @@ def test_summary_against_scipy(monkeypatch):
     g = {a: {sd: 50 + 3 * i + rng.random() for sd in seeds} for i, a in enumerate(list(acc) + ['untrained'])}
     glue = {a: {sd: glue4_record({'1': x - 1, '2': x + 1}) for sd, x in v.items()} for a, v in g.items()}
     ms = {'original': 100.0, 'symmetric': 90.0, 'pairwise': 95.0, 'hybrid': 150.0}
-    s = study_glue.summarize(pre, glue, {}, ms, cap=100)
+    s = study_glue.summarize(pre, glue, {}, ms, 100, TASKS, '1,2')
     assert s['time_matched_steps'] == pytest.approx({'original': 90, 'symmetric': 100, 'pairwise': 90 / 0.95,
                                                      'hybrid': 60})
     c = next(c for c in s['comparisons'] if c['endpoint'] == 'mlm_accuracy_at_equal_time' and c['arm'] == 'hybrid')
@@ -59,12 +60,11 @@ def test_summary_against_scipy(monkeypatch):
     assert ('mlm_accuracy_at_equal_time', 'hybrid') in by
 
 
-def test_glue4_needs_every_task_and_seed(monkeypatch):
-    monkeypatch.setattr(study_glue, 'glue_seeds', '1,2')
+def test_glue4_needs_every_task_and_seed():
     r = glue4_record({'1': 60.0, '2': 70.0})
-    assert study_glue.glue4(r)['score'] == 65.0
+    assert study_glue.glue4(r, TASKS, '1,2')['score'] == 65.0
     del r['runs']['rte']['2']
-    assert study_glue.glue4(r) is None
+    assert study_glue.glue4(r, TASKS, '1,2') is None
 
 
 def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
@@ -119,10 +119,9 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
     assert json.loads((tmp_path / "again.json").read_text()) == s
 
 
-def test_equivalence_and_the_2x_verdict(monkeypatch):
+def test_equivalence_and_the_2x_verdict():
     """GLUE-4 equivalence only when the 90% interval of the paired differences lies inside +-MARGIN; HybridBERT's 2x
     holds when the ratio's 95% interval is above 1 and reaches 2, is rejected when it lies below 2."""
-    monkeypatch.setattr(study_glue, 'glue_seeds', '1')
     seeds = ['2', '3', '4', '5', '6']
     evals = lambda x: [{'step': 100, 'loss': 5.0, 'accuracy': x}]
     for hyb, verdict in (([0.4, 0.42, 0.38, 0.41, 0.39], 'holds'), ([0.21, 0.22, 0.19, 0.2, 0.2], 'rejected'),
@@ -131,11 +130,12 @@ def test_equivalence_and_the_2x_verdict(monkeypatch):
         glue = {'original': {sd: glue4_record({'1': 60.0 + i}) for i, sd in enumerate(seeds)},
                 'hybrid': {sd: glue4_record({'1': 60.0 + i + d}) for i, (sd, d) in
                            enumerate(zip(seeds, [0.1, -0.1, 0.2, 0.0, -0.1]))}}
-        s = study_glue.summarize(pre, glue, {}, {}, cap=100)
+        s = study_glue.summarize(pre, glue, {}, {}, 100, TASKS, '1')
         c = next(c for c in s['comparisons'] if c['endpoint'] == 'mlm_accuracy_at_cap')
         assert c['claim_2x'] == verdict, (hyb, c['ci95'])
         g = next(c for c in s['comparisons'] if c['endpoint'] == 'glue4')
         assert g['tost']['shown'] and -1 < g['tost']['ci90'][0] < g['tost']['ci90'][1] < 1
     glue['hybrid'] = {sd: glue4_record({'1': 60.0 + i + d}) for i, (sd, d) in enumerate(zip(seeds, [2, -2, 1, 0, -1]))}
-    g = next(c for c in study_glue.summarize(pre, glue, {}, {}, 100)['comparisons'] if c['endpoint'] == 'glue4')
+    s = study_glue.summarize(pre, glue, {}, {}, 100, TASKS, '1')
+    g = next(c for c in s['comparisons'] if c['endpoint'] == 'glue4')
     assert not g['tost']['shown']  # a wide interval around 0 shows nothing
