@@ -83,7 +83,7 @@ def plan_jobs():
 def job_done(kind, cmd, rec):
     """The job's record is there, and of these settings (another one is refused: nothing is overwritten)."""
     if kind == 'pretrain':
-        r = read_record(rec)
+        r = read_record(rec, 'study_glue')
         if r and (changed := differ(r[0]['config'], cmd)):
             raise SystemExit(f"study_glue: {rec} is a run of other settings ({', '.join(changed)}): move it away")
         return r is not None
@@ -287,7 +287,7 @@ def main():
         if not job_done(kind, cmd, rec):
             missing.append(f"{kind} {arm}_s{sd}")
         elif kind == 'pretrain':
-            pre.setdefault(arm, {})[sd] = read_record(rec)[1]
+            pre.setdefault(arm, {})[sd] = read_record(rec, 'study_glue')[1]
         elif kind == 'glue':
             glue.setdefault(arm, {})[sd] = read_json(rec, 'study_glue record')
         else:

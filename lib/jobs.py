@@ -79,8 +79,9 @@ def run_jobs(todo, at_once, threads, who):
 
 
 # ----------------------------------------------------------------------------- records
-def read_record(path):
-    """(head, eval records) of a committed run record, head holding the run's config and U; None if there is none."""
+def read_record(path, who='study'):
+    """(head, eval records) of a committed run record, head holding the run's config and U; None if there is none.
+    A damaged one stops the script `who` with one line."""
     if not os.path.exists(path):
         return None
     try:  # every line whole: a record is written at once (atomic_write), so a cut or damaged one is never read
@@ -91,12 +92,12 @@ def read_record(path):
         head, _ = json.loads(lines[0]), [json.loads(line) for line in lines[1:-1]]
         head['config'], head['unigram_loss']
     except (OSError, ValueError, KeyError, TypeError) as e:  # a bad byte (UnicodeDecodeError) is a ValueError
-        raise SystemExit(f"study: {path} is not a whole study record ({oneline(e)}): restore it (git checkout "
+        raise SystemExit(f"{who}: {path} is not a whole study record ({oneline(e)}): restore it (git checkout "
                          f"{path}) or move it away and run again")
     try:
         return head, read_evals(path)
     except SystemExit as e:
-        raise SystemExit(f"study: {e}; move it away and run again")
+        raise SystemExit(f"{who}: {e}; move it away and run again")
 
 
 def write_record(path, run, command, u):

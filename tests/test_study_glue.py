@@ -139,3 +139,15 @@ def test_equivalence_and_the_2x_verdict():
     s = study_glue.summarize(pre, glue, {}, {}, 100, TASKS, '1')
     g = next(c for c in s['comparisons'] if c['endpoint'] == 'glue4')
     assert not g['tost']['shown']  # a wide interval around 0 shows nothing
+
+
+def test_a_cut_pre_training_record_is_one_line_naming_study_glue(tmp_path):
+    from test_train import one_line_error
+
+    rec = tmp_path / "rec"
+    shutil.copytree(os.path.join(ROOT, "assets", "study_glue"), rec)
+    path = rec / "original_s2.jsonl"
+    path.write_bytes(path.read_bytes()[:-20])
+    p = subprocess.run([sys.executable, "study_glue.py", "--train=False", f"--records={rec}", "--summary=",
+                        "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    one_line_error(p, f"study_glue: {path} is not a whole study record (ValueError: its last line is cut)")
