@@ -55,6 +55,7 @@ ARMS = {  # name: (legend label, train.py overrides of the base config)
 BENCH_NAMES = {'hybrid': 'hybrid+sub_ln'}  # an arm's name in bench.py --attention_types, where it differs
 MARGIN = 1.0  # GLUE-4 points: an operator is "as good as" the original only if the 90% interval lies inside +-1
 CLAIM = 2.0  # HybridBERT's MLM accuracy ratio under a fixed budget
+PAPER_TABLE3 = {'original': (78.74, 72.72), 'symmetric': (74.82, 69.61), 'pairwise': (79.36, 73.38)}  # GLUE, base/small
 REFERENCE = 'original'  # every arm is compared with it, paired by seed; Holm over the pre-trained arms per endpoint
 
 
@@ -169,7 +170,7 @@ def compare(values, arm, ref=REFERENCE, log=False):
     g = np.exp if log else (lambda x: x)
     return {'arm': arm, 'reference': ref, 'n': len(both), 'seeds': both, 'mean': float(g(mean)),
             'ci95': [float(g(ci[0])), float(g(ci[1]))], 'p_t': float(p), 'p_sign_flip': sign_flip_p(d),
-            'per_seed': dict(zip(both, d))}
+            'per_seed': dict(zip(both, d)), 'sd': float(np.std(d, ddof=1))}  # realised spread (of logs for a ratio)
 
 
 def time_matched_step(arm, step_ms, cap):
@@ -188,6 +189,19 @@ def interpolate(evals, step, key):
     return next((v for s_, v in pts if s_ == step), None)
 
 
+def ratio_by_step(pre, arm, ref=REFERENCE):
+    """{step: the geometric mean over paired seeds of arm / ref MLM accuracy}, at every eval where both are > 0:
+    where on its curve each arm is when the endpoints read it."""
+    acc = lambda a, sd: {r['step']: r['accuracy'] for r in pre[a][sd]}
+    logs = {}
+    for sd in set(pre[arm]) & set(pre[ref]):
+        x, y = acc(arm, sd), acc(ref, sd)
+        for st in x.keys() & y.keys():
+            if x[st] > 0 and y[st] > 0:
+                logs.setdefault(st, []).append(np.log(x[st] / y[st]))
+    return {str(st): float(np.exp(np.mean(v))) for st, v in sorted(logs.items())}
+
+
 def summarize(pre, glue, bench, step_ms, cap, tasks, glue_seeds):
     """pre: {arm: {seed: evals}}; glue: {arm: {seed: glue record}}; bench: {arm: benchmark record} -> the summary."""
     at = lambda evals, step, key: next((r[key] for r in evals if r['step'] == step), None)
@@ -200,6 +214,7 @@ def summarize(pre, glue, bench, step_ms, cap, tasks, glue_seeds):
         endpoints['mlm_accuracy_at_equal_time'] = {a: {sd: interpolate(e, steps[a], 'accuracy')
                                                        for sd, e in pre[a].items()} for a in trained}
         out['time_matched_steps'] = steps
+    out['ratio_by_step'] = {a: ratio_by_step(pre, a) for a in trained if a != REFERENCE and REFERENCE in pre}
     g4_of = {a: {sd: s for sd, r in rs.items() if (s := glue4(r, tasks, glue_seeds))} for a, rs in glue.items()}
     g4 = {a: {sd: s['score'] for sd, s in rs.items()} for a, rs in g4_of.items()}
     endpoints['glue4'] = g4
@@ -229,21 +244,37 @@ def summarize(pre, glue, bench, step_ms, cap, tasks, glue_seeds):
 
 
 def report(s):
-    """The summary as Markdown tables (docs/study_glue.md pastes them)."""
+    """The summary as Markdown tables (docs/study_glue.md and the README paste them)."""
+    ms = lambda v, f='.4f': (f"{np.mean(v):{f}}" + (f" (sd {np.std(v, ddof=1):{f}})" if len(v) > 1 else '')
+                             if v else '-')
     print(f"\n| arm | seeds | MLM accuracy at step {s['cap']} | GLUE-4 |\n|---|---|---|---|")
     for a, p in s['per_arm'].items():
-        ms = lambda v: f"{np.mean(v):.4f} (sd {np.std(v, ddof=1):.4f})" if len(v) > 1 else '-'
-        print(f"| {ARMS[a][0]} | {len(p['seeds'])} | {ms([x for x in (p['mlm_accuracy_at_cap'] or {}).values()])} | "
-              f"{ms(list((p['glue4'] or {}).values()))} |")
+        print(f"| {ARMS[a][0]} | {len(p['seeds'])} | {ms(list((p['mlm_accuracy_at_cap'] or {}).values()))} | "
+              f"{ms(list((p['glue4'] or {}).values()), '.2f')} |")
+    print("\n*Table 3 at laptop scale: the paper's GLUE (8 tasks, mean of 5 fine-tuning seeds) beside GLUE-4 here "
+          "(mean (sd) over pre-training seeds, each the mean of its fine-tuning seeds)*\n\n| arm | paper, bert-base | "
+          "paper, bert-small | GLUE-4 here | " + ' | '.join(tasks.split(',')) + " |\n|---|---|---|---|" +
+          '---|' * len(tasks.split(',')))
+    for a, p in s['per_arm'].items():
+        base, small = PAPER_TABLE3.get(a, ('-', '-'))
+        per = [[x[t] for x in p['glue4_tasks'].values()] for t in tasks.split(',')]
+        print(f"| {ARMS[a][0]} | {base} | {small} | {ms(list((p['glue4'] or {}).values()), '.2f')} (n = "
+              f"{len(p['glue4'] or {})}) | " + ' | '.join(f"{np.mean(v):.2f}" if v else '-' for v in per) + " |")
+    steps = sorted({int(st) for r in s['ratio_by_step'].values() for st in r})
+    print("\n*MLM accuracy, arm / original, geometric mean over paired seeds, at every eval*\n\n| arm | " +
+          ' | '.join(map(str, steps)) + " |\n|---|" + '---|' * len(steps))
+    for a, r in s['ratio_by_step'].items():
+        print(f"| {ARMS[a][0]} | " + ' | '.join(f"{r[str(st)]:.2f}" if str(st) in r else '-' for st in steps) + " |")
     print("\n*arm vs original, paired by seed: accuracy as a ratio, GLUE-4 as a difference (points); mean [95% "
-          f"t-interval]; p: paired t, exact sign-flip, Holm over the three operators; GLUE-4: equivalence (TOST, "
-          f"90% interval inside +-{MARGIN:g}); hybrid: HybridBERT's {CLAIM:g}x*\n\n| endpoint | arm | n | mean "
-          "[95% CI] | p (t) | p (sign-flip) | p (Holm) | equivalence or 2x |\n|---|---|---|---|---|---|---|---|")
+          f"t-interval]; sd of the paired differences (of logs for a ratio); p: paired t, exact sign-flip, Holm over "
+          f"the three operators; GLUE-4: equivalence (TOST, 90% interval inside +-{MARGIN:g}); hybrid: HybridBERT's "
+          f"{CLAIM:g}x*\n\n| endpoint | arm | n | mean [95% CI] | sd | p (t) | p (sign-flip) | p (Holm) | "
+          "equivalence or 2x |\n|---|---|---|---|---|---|---|---|---|")
     for c in s['comparisons']:
         fmt = (lambda x: f"{x:+.2f}") if c['endpoint'] == 'glue4' else (lambda x: f"{x:.3f}x")
         holm_p = f"{c['p_holm']:.3g}" if c['p_holm'] is not None else 'outside the family'
         print(f"| {c['endpoint']} | {ARMS[c['arm']][0]} | {c['n']} | {fmt(c['mean'])} [{fmt(c['ci95'][0])}, "
-              f"{fmt(c['ci95'][1])}] | {c['p_t']:.3g} | {c['p_sign_flip']:.3g} | {holm_p} | " +
+              f"{fmt(c['ci95'][1])}] | {c['sd']:.3f} | {c['p_t']:.3g} | {c['p_sign_flip']:.3g} | {holm_p} | " +
               (f"{'shown' if c['tost']['shown'] else 'not shown'} [{c['tost']['ci90'][0]:+.2f}, "
                f"{c['tost']['ci90'][1]:+.2f}]" if 'tost' in c else f"2x {c['claim_2x']}" if 'claim_2x' in c else '-')
               + " |")

@@ -58,6 +58,11 @@ def test_summary_against_scipy():
     assert by[('glue4', 'untrained')]['p_holm'] is None  # outside the family
     assert s['per_arm']['original']['glue4']['2'] == pytest.approx(g['original']['2'])  # mean over the ft seeds
     assert ('mlm_accuracy_at_equal_time', 'hybrid') in by
+    d = [g['pairwise'][sd] - g['original'][sd] for sd in seeds]  # the realised spread, beside the plan's
+    assert by[('glue4', 'pairwise')]['sd'] == pytest.approx(stats.tstd(d))
+    r = s['ratio_by_step']['hybrid']  # every eval where both are above 0: not step 0
+    assert list(r) == ['50', '100'] and 'original' not in s['ratio_by_step']
+    assert r['50'] == pytest.approx(stats.gmean([acc['hybrid'][sd] / acc['original'][sd] for sd in seeds]))
 
 
 def test_glue4_needs_every_task_and_seed():
@@ -151,3 +156,13 @@ def test_a_cut_pre_training_record_is_one_line_naming_study_glue(tmp_path):
     p = subprocess.run([sys.executable, "study_glue.py", "--train=False", f"--records={rec}", "--summary=",
                         "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
     one_line_error(p, f"study_glue: {path} is not a whole study record (ValueError: its last line is cut)")
+
+
+def test_the_committed_summary_is_what_the_committed_records_give(tmp_path):
+    """A fresh clone rebuilds assets/study_glue.json from the records alone (the unfinished jobs listed in it): a
+    record committed without its summary brought up to date, or a summary edited by hand, fails here."""
+    p = subprocess.run([sys.executable, "study_glue.py", "--train=False", f"--summary={tmp_path}/s.json",
+                        "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    with open(os.path.join(ROOT, "assets", "study_glue.json")) as f:
+        assert json.loads((tmp_path / "s.json").read_text()) == json.load(f)
