@@ -55,6 +55,7 @@ ARMS = {  # name: (legend label, train.py overrides of the base config)
 BENCH_NAMES = {'hybrid': 'hybrid+sub_ln'}  # an arm's name in bench.py --attention_types, where it differs
 MARGIN = 1.0  # GLUE-4 points: an operator is "as good as" the original only if the 90% interval lies inside +-1
 CLAIM = 2.0  # HybridBERT's MLM accuracy ratio under a fixed budget
+PLANNED_SD = {'mlm': 0.066, 'glue4': 0.42}  # the plan's sd of a paired difference: log ratio; GLUE-4 points
 PAPER_TABLE3 = {'original': (78.74, 72.72), 'symmetric': (74.82, 69.61), 'pairwise': (79.36, 73.38)}  # GLUE, base/small
 REFERENCE = 'original'  # every arm is compared with it, paired by seed; Holm over the pre-trained arms per endpoint
 
@@ -194,7 +195,7 @@ def ratio_by_step(pre, arm, ref=REFERENCE):
     where on its curve each arm is when the endpoints read it."""
     acc = lambda a, sd: {r['step']: r['accuracy'] for r in pre[a][sd]}
     logs = {}
-    for sd in set(pre[arm]) & set(pre[ref]):
+    for sd in sorted(set(pre[arm]) & set(pre[ref]), key=int):  # a fixed order: the same sums every run
         x, y = acc(arm, sd), acc(ref, sd)
         for st in x.keys() & y.keys():
             if x[st] > 0 and y[st] > 0:
@@ -207,7 +208,7 @@ def summarize(pre, glue, bench, step_ms, cap, tasks, glue_seeds):
     at = lambda evals, step, key: next((r[key] for r in evals if r['step'] == step), None)
     trained = [a for a in pre if a != 'untrained']
     acc = {a: {sd: at(e, cap, 'accuracy') for sd, e in pre[a].items()} for a in trained}
-    out = {'cap': cap, 'per_arm': {}, 'comparisons': [], 'step_ms': step_ms or None, 'benchmark': {}}
+    out = {'cap': cap, 'tasks': tasks.split(','), 'per_arm': {}, 'comparisons': [], 'step_ms': step_ms or None, 'benchmark': {}}
     endpoints = {'mlm_accuracy_at_cap': acc}
     if step_ms and all(a in step_ms for a in trained):
         steps = {a: time_matched_step(a, step_ms, cap) for a in trained}
@@ -244,40 +245,48 @@ def summarize(pre, glue, bench, step_ms, cap, tasks, glue_seeds):
 
 
 def report(s):
-    """The summary as Markdown tables (docs/study_glue.md and the README paste them)."""
+    """The summary as Markdown tables (docs/study_glue.md and the README paste them); a table with no rows is left
+    out, and a partial summary says so first."""
+    if s.get('missing'):
+        print(f"\n**Partial: of the plan's jobs, {len(s['missing'])} not yet run; no comparison below is a result.**")
     ms = lambda v, f='.4f': (f"{np.mean(v):{f}}" + (f" (sd {np.std(v, ddof=1):{f}})" if len(v) > 1 else '')
                              if v else '-')
     print(f"\n| arm | seeds | MLM accuracy at step {s['cap']} | GLUE-4 |\n|---|---|---|---|")
     for a, p in s['per_arm'].items():
         print(f"| {ARMS[a][0]} | {len(p['seeds'])} | {ms(list((p['mlm_accuracy_at_cap'] or {}).values()))} | "
               f"{ms(list((p['glue4'] or {}).values()), '.2f')} |")
-    print("\n*Table 3 at laptop scale: the paper's GLUE (8 tasks, mean of 5 fine-tuning seeds) beside GLUE-4 here "
-          "(mean (sd) over pre-training seeds, each the mean of its fine-tuning seeds)*\n\n| arm | paper, bert-base | "
-          "paper, bert-small | GLUE-4 here | " + ' | '.join(tasks.split(',')) + " |\n|---|---|---|---|" +
-          '---|' * len(tasks.split(',')))
+    print("\n*Table 3 at laptop scale: the paper's GLUE (the mean of its 9 task numbers, MNLI m and mm apart; 5 "
+          "fine-tuning seeds of one pre-training run) beside GLUE-4 here (mean (sd) over pre-training seeds, each the "
+          "mean of its fine-tuning seeds), and its tasks*\n\n| arm | paper, bert-base | paper, bert-small | GLUE-4 "
+          "here | " + ' | '.join(s['tasks']) + " |\n|---|---|---|---|" + '---|' * len(s['tasks']))
     for a, p in s['per_arm'].items():
         base, small = PAPER_TABLE3.get(a, ('-', '-'))
-        per = [[x[t] for x in p['glue4_tasks'].values()] for t in tasks.split(',')]
+        per = [[x[t] for x in p['glue4_tasks'].values()] for t in s['tasks']]
         print(f"| {ARMS[a][0]} | {base} | {small} | {ms(list((p['glue4'] or {}).values()), '.2f')} (n = "
               f"{len(p['glue4'] or {})}) | " + ' | '.join(f"{np.mean(v):.2f}" if v else '-' for v in per) + " |")
     steps = sorted({int(st) for r in s['ratio_by_step'].values() for st in r})
-    print("\n*MLM accuracy, arm / original, geometric mean over paired seeds, at every eval*\n\n| arm | " +
-          ' | '.join(map(str, steps)) + " |\n|---|" + '---|' * len(steps))
-    for a, r in s['ratio_by_step'].items():
-        print(f"| {ARMS[a][0]} | " + ' | '.join(f"{r[str(st)]:.2f}" if str(st) in r else '-' for st in steps) + " |")
-    print("\n*arm vs original, paired by seed: accuracy as a ratio, GLUE-4 as a difference (points); mean [95% "
-          f"t-interval]; sd of the paired differences (of logs for a ratio); p: paired t, exact sign-flip, Holm over "
-          f"the three operators; GLUE-4: equivalence (TOST, 90% interval inside +-{MARGIN:g}); hybrid: HybridBERT's "
-          f"{CLAIM:g}x*\n\n| endpoint | arm | n | mean [95% CI] | sd | p (t) | p (sign-flip) | p (Holm) | "
-          "equivalence or 2x |\n|---|---|---|---|---|---|---|---|---|")
-    for c in s['comparisons']:
-        fmt = (lambda x: f"{x:+.2f}") if c['endpoint'] == 'glue4' else (lambda x: f"{x:.3f}x")
-        holm_p = f"{c['p_holm']:.3g}" if c['p_holm'] is not None else 'outside the family'
-        print(f"| {c['endpoint']} | {ARMS[c['arm']][0]} | {c['n']} | {fmt(c['mean'])} [{fmt(c['ci95'][0])}, "
-              f"{fmt(c['ci95'][1])}] | {c['sd']:.3f} | {c['p_t']:.3g} | {c['p_sign_flip']:.3g} | {holm_p} | " +
-              (f"{'shown' if c['tost']['shown'] else 'not shown'} [{c['tost']['ci90'][0]:+.2f}, "
-               f"{c['tost']['ci90'][1]:+.2f}]" if 'tost' in c else f"2x {c['claim_2x']}" if 'claim_2x' in c else '-')
-              + " |")
+    if steps:
+        print("\n*MLM accuracy, arm / original, geometric mean over paired seeds, at every eval*\n\n| arm | " +
+              ' | '.join(map(str, steps)) + " |\n|---|" + '---|' * len(steps))
+        for a, r in s['ratio_by_step'].items():
+            print(f"| {ARMS[a][0]} | " + ' | '.join(f"{r[str(st)]:.2f}" if str(st) in r else '-' for st in steps) +
+                  " |")
+    if s['comparisons']:
+        print("\n*arm vs original, paired by seed: accuracy as a ratio, GLUE-4 as a difference (points); mean [95% "
+              f"t-interval]; sd of the paired differences (of logs for a ratio; the plan assumed {PLANNED_SD['mlm']:g} "
+              f"and {PLANNED_SD['glue4']:g}); p: paired t, exact sign-flip, Holm over the three operators; GLUE-4: "
+              f"equivalence (TOST, 90% interval inside +-{MARGIN:g}); hybrid: HybridBERT's {CLAIM:g}x*\n\n| endpoint | "
+              "arm | n | mean [95% CI] | sd | p (t) | p (sign-flip) | p (Holm) | equivalence or 2x |\n"
+              "|---|---|---|---|---|---|---|---|---|")
+        for c in s['comparisons']:
+            fmt = (lambda x: f"{x:+.2f}") if c['endpoint'] == 'glue4' else (lambda x: f"{x:.3f}x")
+            holm_p = f"{c['p_holm']:.3g}" if c['p_holm'] is not None else 'outside the family'
+            verdict = (f"{'shown' if c['tost']['shown'] else 'not shown'} [{c['tost']['ci90'][0]:+.2f}, "
+                       f"{c['tost']['ci90'][1]:+.2f}]" if 'tost' in c else
+                       f"2x {c['claim_2x']}" if 'claim_2x' in c else '-')
+            print(f"| {c['endpoint']} | {ARMS[c['arm']][0]} | {c['n']} | {fmt(c['mean'])} [{fmt(c['ci95'][0])}, "
+                  f"{fmt(c['ci95'][1])}] | {c['sd']:.3f} | {c['p_t']:.3g} | {c['p_sign_flip']:.3g} | {holm_p} | "
+                  f"{verdict} |")
     for a, b in s['benchmark'].items():
         print(f"Figure 3, {ARMS[a][0]} (seed {benchmark_seed}): GLUE-4 " + ', '.join(
             f"{st}: {g:.2f}" for st, g in zip(b['steps'], b['glue4'])) + f"; 95% of the final at step {b['step_95']}")

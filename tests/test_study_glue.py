@@ -65,6 +65,18 @@ def test_summary_against_scipy():
     assert r['50'] == pytest.approx(stats.gmean([acc['hybrid'][sd] / acc['original'][sd] for sd in seeds]))
 
 
+def test_a_partial_summary_says_so_and_prints_no_empty_table(capsys):
+    evals = lambda accs: [{'step': 100 * i, 'loss': 6.0, 'accuracy': a} for i, a in enumerate(accs)]
+    pre = {'original': {'2': evals([0.0, 0.1, 0.2])}, 'hybrid': {'2': evals([0.0, 0.05, 0.3])}}
+    s = study_glue.summarize(pre, {}, {}, {}, 200, TASKS, '1,2')  # one seed: nothing to compare yet
+    s['missing'] = ['glue original_s2', 'glue hybrid_s2']
+    study_glue.report(s)
+    out = capsys.readouterr().out
+    assert "Partial: of the plan's jobs, 2 not yet run" in out and '| endpoint |' not in out
+    assert '| hybrid (original + additive, sub-LN) | 0.50 | 1.50 |' in out  # the ratio at steps 100 and 200
+    assert '| original | 78.74 | 72.72 | - (n = 0) | - | - | - | - |' in out  # the paper's beside no GLUE-4 yet
+
+
 def test_glue4_needs_every_task_and_seed():
     r = glue4_record({'1': 60.0, '2': 70.0})
     assert study_glue.glue4(r, TASKS, '1,2')['score'] == 65.0
