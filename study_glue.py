@@ -208,7 +208,8 @@ def summarize(pre, glue, bench, step_ms, cap, tasks, glue_seeds):
     at = lambda evals, step, key: next((r[key] for r in evals if r['step'] == step), None)
     trained = [a for a in pre if a != 'untrained']
     acc = {a: {sd: at(e, cap, 'accuracy') for sd, e in pre[a].items()} for a in trained}
-    out = {'cap': cap, 'tasks': tasks.split(','), 'per_arm': {}, 'comparisons': [], 'step_ms': step_ms or None, 'benchmark': {}}
+    out = {'cap': cap, 'tasks': tasks.split(','), 'per_arm': {}, 'comparisons': [], 'step_ms': step_ms or None,
+           'benchmark': {}}
     endpoints = {'mlm_accuracy_at_cap': acc}
     if step_ms and all(a in step_ms for a in trained):
         steps = {a: time_matched_step(a, step_ms, cap) for a in trained}
@@ -305,6 +306,10 @@ def figure(pre, s, path):
         if a in s['benchmark']:
             b = s['benchmark'][a]
             bx.plot(b['steps'], b['glue4'], 'o-', color=f"C{i}", label=ARMS[a][0])
+    untrained = ((s['per_arm'].get('untrained') or {}).get('glue4') or {}).get(str(benchmark_seed))
+    if untrained is not None and s['benchmark']:  # step 0 of the same seed: what pre-training bought
+        bx.axhline(untrained, color='gray', ls='--', lw=1,
+                   label=f"untrained ({len(glue_seeds.split(','))} fine-tuning seeds)")
     ax.set(xlabel='step', ylabel='MLM accuracy (eval set)', title='Pre-training')
     bx.set(xlabel='pre-training step', ylabel='GLUE-4 (dev)', title=f'Checkpoint benchmark (seed {benchmark_seed})')
     for x in (ax, bx):

@@ -30,7 +30,8 @@ def test_summary_against_scipy():
     seeds = ['2', '3', '4', '5']
     acc = {a: {sd: 0.1 + 0.05 * i + 0.01 * rng.random() for sd in seeds}
            for i, a in enumerate(['original', 'symmetric', 'pairwise', 'hybrid'])}
-    evals = lambda a, sd: [{'step': 0, 'loss': 10.0, 'accuracy': 0.0}, {'step': 50, 'loss': 6.0, 'accuracy': acc[a][sd] / 2},
+    evals = lambda a, sd: [{'step': 0, 'loss': 10.0, 'accuracy': 0.0},
+                           {'step': 50, 'loss': 6.0, 'accuracy': acc[a][sd] / 2},
                            {'step': 100, 'loss': 5.0, 'accuracy': acc[a][sd]}]
     pre = {a: {sd: evals(a, sd) for sd in seeds} for a in acc}
     g = {a: {sd: 50 + 3 * i + rng.random() for sd in seeds} for i, a in enumerate(list(acc) + ['untrained'])}
@@ -101,7 +102,8 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
                     'warmup_iters = 2\neval_interval = 2\neval_iters = 2\nlog_interval = 2\nsave_interval = 2\n'
                     'checkpoint_interval = 3\ncompile = False\ndtype = "float32"\n')
     args = [sys.executable, "study_glue.py", f"--base={base}", "--arms=original,hybrid,untrained", "--seeds=2,3",
-            "--tasks=sst2,rte", "--glue_seeds=1,2", "--glue_args=--epochs=1 --batch_size=2 --max_seq_len=64", f"--glue_dir={glue}",
+            "--tasks=sst2,rte", "--glue_seeds=1,2", "--glue_args=--epochs=1 --batch_size=2 --max_seq_len=64",
+            f"--glue_dir={glue}",
             "--benchmark_seed=2", f"--out_dir={tmp_path}/runs", f"--records={tmp_path}/rec",
             f"--summary={tmp_path}/s.json", f"--figures={tmp_path}/fig"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
