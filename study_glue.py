@@ -252,10 +252,11 @@ def report(s):
         print(f"\n**Partial: of the plan's jobs, {len(s['missing'])} not yet run; no comparison below is a result.**")
     ms = lambda v, f='.4f': (f"{np.mean(v):{f}}" + (f" (sd {np.std(v, ddof=1):{f}})" if len(v) > 1 else '')
                              if v else '-')
+    g4 = {a: list((p['glue4'] or {}).values()) for a, p in s['per_arm'].items()}
     print(f"\n| arm | seeds | MLM accuracy at step {s['cap']} | GLUE-4 |\n|---|---|---|---|")
     for a, p in s['per_arm'].items():
         print(f"| {ARMS[a][0]} | {len(p['seeds'])} | {ms(list((p['mlm_accuracy_at_cap'] or {}).values()))} | "
-              f"{ms(list((p['glue4'] or {}).values()), '.2f')} |")
+              f"{ms(g4[a], '.2f')} |")
     print("\n*Table 3 at laptop scale: the paper's GLUE (the mean of its 9 task numbers, MNLI m and mm apart; 5 "
           "fine-tuning seeds of one pre-training run) beside GLUE-4 here (mean (sd) over pre-training seeds, each the "
           "mean of its fine-tuning seeds), and its tasks*\n\n| arm | paper, bert-base | paper, bert-small | GLUE-4 "
@@ -263,8 +264,8 @@ def report(s):
     for a, p in s['per_arm'].items():
         base, small = PAPER_TABLE3.get(a, ('-', '-'))
         per = [[x[t] for x in p['glue4_tasks'].values()] for t in s['tasks']]
-        print(f"| {ARMS[a][0]} | {base} | {small} | {ms(list((p['glue4'] or {}).values()), '.2f')} (n = "
-              f"{len(p['glue4'] or {})}) | " + ' | '.join(f"{np.mean(v):.2f}" if v else '-' for v in per) + " |")
+        print(f"| {ARMS[a][0]} | {base} | {small} | {ms(g4[a], '.2f')} (n = {len(g4[a])}) | " +
+              ' | '.join(f"{np.mean(v):.2f}" if v else '-' for v in per) + " |")
     steps = sorted({int(st) for r in s['ratio_by_step'].values() for st in r})
     if steps:
         print("\n*MLM accuracy, arm / original, geometric mean over paired seeds, at every eval*\n\n| arm | " +
