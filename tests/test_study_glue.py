@@ -180,3 +180,31 @@ def test_the_committed_summary_is_what_the_committed_records_give(tmp_path):
     assert p.returncode == 0, p.stderr
     with open(os.path.join(ROOT, "assets", "study_glue.json")) as f:
         assert json.loads((tmp_path / "s.json").read_text()) == json.load(f)
+
+
+def test_the_readme_table_is_the_committed_summary():
+    """The README's Table 3 at laptop scale states the committed summary's numbers: a summary rebuilt from new
+    records without the README brought up to date (or a number typed by hand) fails here."""
+    with open(os.path.join(ROOT, "assets", "study_glue.json")) as f:
+        s = json.load(f)
+    assert not s['missing'], "the summary is partial: the README states no result yet"
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    table = readme[readme.index('| arm | paper\'s GLUE, base / small |'):readme.index('*Table 3 at laptop scale.')]
+    rows = {r.split('|')[1].strip(): r for r in table.splitlines()[2:] if r.startswith('|')}
+    names = {'original': 'original', 'symmetric': 'symmetric', 'pairwise': 'pairwise', 'hybrid': 'hybrid (sub-LN)',
+             'untrained': 'original, untrained'}
+    cmp = {(c['endpoint'], c['arm']): c for c in s['comparisons']}
+    assert set(rows) == set(names.values())
+    for arm, name in names.items():
+        row, p = rows[name], s['per_arm'][arm]
+        g4 = list(p['glue4'].values())
+        assert f"{np.mean(g4):.2f} (sd {np.std(g4, ddof=1):.2f})" in row, (arm, row)
+        if p['mlm_accuracy_at_cap']:
+            assert f"{np.mean(list(p['mlm_accuracy_at_cap'].values())):.4f}" in row, (arm, row)
+        if (c := cmp.get(('glue4', arm))) and arm != 'original':
+            assert f"{c['mean']:+.2f} [{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]" in row, (arm, row)
+        if c := cmp.get(('mlm_accuracy_at_cap', arm)):
+            assert f"{c['mean']:.3f}x [{c['ci95'][0]:.3f}x, {c['ci95'][1]:.3f}x]" in row, (arm, row)
+    hybrid = cmp[('mlm_accuracy_at_equal_time', 'hybrid')]  # HybridBERT's 2x, as the README states it
+    assert f"{hybrid['mean']:.3f}x the\noriginal's accuracy [{hybrid['ci95'][0]:.3f}x, {hybrid['ci95'][1]:.3f}x]" \
+        in readme.replace('\n  ', '\n'), hybrid
