@@ -198,6 +198,8 @@ def test_the_readme_table_is_the_committed_summary():
     for arm, name in names.items():
         row, p = rows[name], s['per_arm'][arm]
         g4 = list(p['glue4'].values())
+        if arm in study_glue.PAPER_TABLE3:  # the paper's GLUE (base / small), as study_glue.py prints it
+            assert "| {:.2f} / {:.2f} |".format(*study_glue.PAPER_TABLE3[arm]) in row, (arm, row)
         assert f"{np.mean(g4):.2f} (sd {np.std(g4, ddof=1):.2f})" in row, (arm, row)
         if p['mlm_accuracy_at_cap']:
             assert f"{np.mean(list(p['mlm_accuracy_at_cap'].values())):.4f}" in row, (arm, row)
