@@ -51,7 +51,9 @@ def print_help(g, defaults):
     except OSError:
         source = ""
     tree = ast.parse(source) if source else ast.Module(body=[])
-    print(f"usage: python {path and path.rsplit('/', 1)[-1]} [config/file.py ...] [--key=value ...]\n")
+    script = os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(__file__))) if path else ""
+    script = os.path.basename(path) if script.startswith("..") else script  # as run from the repository root
+    print(f"usage: python {script} [config/file.py ...] [--key=value ...]\n")
     print((ast.get_docstring(tree) or "").strip() + "\n\nsettings (--key=default, then what it is):")
     comments = {t.start[0]: (t.start[1], t.string.lstrip("#").strip()) for t in
                 tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT}
@@ -102,7 +104,9 @@ def read_file(path):
         with open(path, "rb") as f:
             source = f.read()
     except OSError as e:
-        raise SystemExit(f"config: cannot read config file {path}: {e.strerror}")
+        moved = os.path.join("studies", path)  # the studies' configs moved to studies/config/
+        hint = f" (it moved: use {moved})" if not os.path.exists(path) and os.path.exists(moved) else ""
+        raise SystemExit(f"config: cannot read config file {path}: {e.strerror}{hint}")
     values = {}
     try:
         exec(compile(source, path, "exec"), {}, values)

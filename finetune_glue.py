@@ -31,7 +31,6 @@ from configurator import check, configure, oneline
 from lib.checkpoint import Unreadable, load_checkpoint, save_checkpoint
 from lib.device import set_up
 from lib.files import locked, read_json, write_json
-from lib.stats import spearman
 from lib.step import optimizer_step, schedule
 from lib.tokenizer import get_tokenizer
 from model import BertClassifier, BertConfig
@@ -146,6 +145,24 @@ def pearson(x, y):
     x, y = np.asarray(x, np.float64) - np.mean(x), np.asarray(y, np.float64) - np.mean(y)
     d = math.sqrt(np.dot(x, x) * np.dot(y, y))
     return float(np.dot(x, y) / d) if d else 0.0  # a constant has no correlation: 0, like MCC
+
+
+def ranks(x):
+    """1-based ranks; tied values all get the average of the ranks they span."""
+    order = np.argsort(x, kind='stable')
+    _, first, count = np.unique(np.asarray(x)[order], return_index=True, return_counts=True)
+    r = np.empty(len(x))
+    r[order] = np.repeat(first + (count + 1) / 2, count)
+    return r
+
+
+def spearman(x, y):
+    """Spearman's rank correlation: the correlation of the ranks. nan where it is undefined (a constant side, fewer
+    than 2 pairs), as scipy.stats.spearmanr gives."""
+    if len(x) < 2:
+        return float('nan')
+    with np.errstate(invalid='ignore', divide='ignore'):  # a constant side: 0 / 0
+        return float(np.corrcoef(ranks(x), ranks(y))[0, 1])
 
 
 def task_metrics(task, pred, gold):

@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import ROOT, run_script
 
-SCRIPTS = ["train.py", "prepare_oscar.py", "finetune_glue.py", "bench.py", "plot.py", "study.py", "sample.py",
-           "export_hf.py"]
+SCRIPTS = ["train.py", "prepare_oscar.py", "finetune_glue.py", "bench.py", "plot.py", "sample.py", "export_hf.py",
+           "studies/study.py"]
 
 
 def config_keys(script):
@@ -47,8 +47,8 @@ def run(args, cwd):
 
 def learnt_lines_read_the_loss(stdout, repo):
     """The run's last lines: its eval loss beside the untrained model's (step 0 in log.jsonl) and U, the loss of
-    guessing each token from its frequency alone (lib/jobs.py's unigram_loss on config/tiny.py's eval blocks)."""
-    from lib.jobs import unigram_loss
+    guessing each token from its frequency alone (studies/jobs.py's unigram_loss on config/tiny.py's eval blocks)."""
+    from studies.jobs import unigram_loss
     from plot import read_evals
     evals = read_evals(str(repo / "out" / "tiny_pair"))
     first, last = evals[0], evals[-1]

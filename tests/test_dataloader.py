@@ -44,7 +44,7 @@ def test_masking_short_rows_select_only_real_tokens():
 
 
 def test_frequency_only_loss_by_hand():
-    """U, worked out by hand (as lib/jobs.py's unigram_loss), and the same from evenly spaced train blocks when the
+    """U, worked out by hand (as studies/jobs.py's unigram_loss), and the same from evenly spaced train blocks when the
     train split is larger than max_tokens."""
     # ordinary ids 0..3, specials 4..7; train: 0 x4, 1 x2, 2 x1, 3 x0 and specials; blocks of 4
     train = np.array([[6, 0, 0, 0], [0, 1, 1, 2], [7, 4, 4, 4], [4, 4, 4, 4]], dtype=np.uint16)

@@ -210,7 +210,7 @@ def prose_records(tmp_path, damage):
     shutil.copytree(os.path.join(ROOT, "assets", "study_prose"), rec)
     path = rec / "original_s2.jsonl"
     path.write_bytes(damage(path.read_bytes()))
-    return subprocess.run([sys.executable, "study.py", "config/study_prose_plan.py", "--train=False",
+    return subprocess.run([sys.executable, "studies/study.py", "studies/config/study_prose_plan.py", "--train=False",
                            f"--records={rec}", f"--summary={tmp_path}/s.json", "--figures="], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
@@ -295,8 +295,8 @@ def test_an_old_checkpoint_and_log_without_run_id_still_resume(data_dir, tmp_pat
 def test_new_cases_empty_names_a_negative_sample_cap_and_an_empty_checkpoint(tmp_path):
     one_line_error(run_script("finetune_glue.py", f"--init_from={tmp_path}/m.pt", "--max_train_samples=-5",
                               "--device=cpu"), "max_train_samples >= 0")  # a negative cap dropped the last rows
-    one_line_error(run_script("study.py", "--records=", "--train=False"), "records and out_dir must name folders")
-    one_line_error(run_script("study.py", "--sweep=0.5,a", "--train=False"), "sweep must be a comma list of drops")
+    one_line_error(run_script("studies/study.py", "--records=", "--train=False"), "records and out_dir must name folders")
+    one_line_error(run_script("studies/study.py", "--sweep=0.5,a", "--train=False"), "sweep must be a comma list of drops")
     with pytest.raises(SystemExit, match="the dataset setting is empty"):
         dataloader.dataset_dir("")
     (tmp_path / "empty.pt").write_bytes(b"")

@@ -79,6 +79,34 @@ def test_summary_and_table():
     part = fg.summarize({'rte': runs['rte']})  # a subset is flagged: not the GLUE score
     assert not part['glue']['complete'] and '*' in fg.table('x', part)
 
+# ----------------------------------------------------------------------------- rank correlation (STS-B), against scipy
+def test_ranks_and_spearman_by_hand():
+    assert fg.ranks(np.array([10, 20, 10, 30, 20])).tolist() == [1.5, 3.5, 1.5, 5.0, 3.5]
+    assert fg.ranks((3, 1, 2)).tolist() == [3.0, 1.0, 2.0]  # a tuple (as zip gives) too
+    assert fg.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert fg.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert fg.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(3 / math.sqrt(10))  # ranks 1 2.5 2.5 4
+    assert fg.spearman([1, 5, 9], [0.1, 0.2, 30]) == pytest.approx(1.0)  # monotone, not linear
+
+
+def test_spearman_is_nan_where_undefined():
+    """A constant side has no rank correlation (0 / 0): nan, as scipy.stats.spearmanr gives; likewise one pair."""
+    for x, y in (([1, 1, 1], [1, 2, 3]), ([1, 2, 3], [5.0, 5.0, 5.0]), ([2, 2], [2, 2]), ([1], [1])):
+        assert math.isnan(fg.spearman(x, y))
+
+
+def test_ranks_and_spearman_against_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 7, 30):
+        x, y = rng.integers(0, 5, n), rng.normal(size=n)  # x with ties
+        assert fg.ranks(x).tolist() == scipy_stats.rankdata(x).tolist()
+        if len(set(x)) > 1:
+            assert fg.spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)
+    with pytest.warns(scipy_stats.ConstantInputWarning):
+        assert math.isnan(scipy_stats.spearmanr([1, 1, 1], [1, 2, 3]).statistic)  # what spearman follows
+
+
 # ----------------------------------------------------------------------------- loaders
 
 

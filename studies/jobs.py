@@ -1,5 +1,5 @@
 """
-What study.py and study_glue.py share: the jobs they launch (python scripts, a few at a time, each in its own
+What the studies (study.py, study_glue.py) share: the jobs they launch (python scripts, a few at a time, each in its own
 folder), the record a finished pre-training run leaves in assets/ (its settings, U and its eval records: a few KB,
 committed), what a record is checked against, and U itself.
 """

@@ -6,8 +6,8 @@ the checkpoint benchmark (Figure 3) on one seed's snapshots. Each finished job's
 assets/study_glue/ (small files, committed): the summary and figures are made from those files alone.
 
     python prepare_oscar.py --source=prose             # the corpus, once (docs/data.md)
-    python study_glue.py --glue_dir=<GLUE folder>      # runs only the jobs whose records are missing, two at a time
-    python study_glue.py --train=False                 # the summary and figures from the records, nothing run
+    python studies/study_glue.py --glue_dir=<GLUE folder>   # runs only the jobs whose records are missing, 2 at a time
+    python studies/study_glue.py --train=False              # the summary and figures from the records, nothing run
 
 The plan, endpoints and tests were fixed before the runs (docs/study_glue.md). An interrupted job is resumed from
 out/study_glue/; re-running the command continues.
@@ -15,20 +15,23 @@ out/study_glue/; re-running the command continues.
 import datetime
 import os
 import signal
+import sys
 from functools import partial
 
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the
+# studies run from it as `python studies/<study>.py`, and import its scripts and lib/
 from configurator import check, configure, read_file
 from lib.dataloader import dataset_dir
 from lib.files import read_json, write_json
-from lib.jobs import Job, code_commit, cpu_name, differ, read_record, run_jobs, unigram_loss, write_record
-from lib.stats import holm, paired_t, sign_flip_p, tost
 import plot
+from studies.jobs import Job, code_commit, cpu_name, differ, read_record, run_jobs, unigram_loss, write_record
+from studies.stats import holm, paired_t, sign_flip_p, tost
 
 # -----------------------------------------------------------------------------
-base = 'config/study_glue.py'  # the train.py config every arm starts from
+base = 'studies/config/study_glue.py'  # the train.py config every arm starts from
 arms = 'original,symmetric,pairwise,hybrid,untrained'  # a comma list of ARMS (below)
 seeds = '2,3,4,5,6'  # paired pre-training seeds (seed 1 made the pilot)
 glue_dir = ''  # GLUE in the original layout (SST-2/, MRPC/, STS-B/, RTE/): needed to fine-tune, not to summarise

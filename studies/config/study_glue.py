@@ -1,4 +1,4 @@
-# The second study's pre-training (docs/study_glue.md; study_glue.py runs every arm and seed of it): the study's
+# The second study's pre-training (docs/study_glue.md; studies/study_glue.py runs every arm and seed of it): the study's
 # 4-layer, 128-wide BERT (2 heads of d = 64) on running English prose (python prepare_oscar.py --source=prose),
 # 32 x 128 tokens per step for 2,000 steps with the paper's schedule shape: linear warm-up over 10% of the steps,
 # then linear decay to 0. MLM loss and accuracy every 100 steps on the same 320 held-out blocks for every run;

@@ -1,4 +1,4 @@
-# The study (docs/study.md; study.py runs every arm and seed of it): when does each operator leave the
+# The study (docs/study.md; studies/study.py runs every arm and seed of it): when does each operator leave the
 # initial loss plateau? A 4-layer, 128-wide BERT with 2 heads of d = 64 (the paper's head size) on GCIDE (16M
 # tokens of English: python prepare_oscar.py --source=gcide), 32 x 128 tokens per step at lr 1e-3, held
 # constant after a short warm-up, so that a run leaves the plateau (or not) at its peak rate, as in the paper,

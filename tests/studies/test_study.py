@@ -12,10 +12,10 @@ import pytest
 
 from conftest import ROOT
 from lib.files import lock_dir, unlock_dir
-from lib.jobs import read_record, unigram_loss
-from lib.stats import holm
+from studies.jobs import read_record, unigram_loss
+from studies.stats import holm
 from plot import first_step_below
-import study
+from studies import study
 
 
 def test_the_rank_correlation_and_the_entropy_endpoint():
@@ -97,7 +97,7 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
                     'warmup_iters = 2\ndecay_lr = False\neval_interval = 2\neval_iters = 2\nlog_interval = 2\n'
                     'checkpoint_interval = 0\ncompile = False\ndtype = "float32"\n')
     u = unigram_loss(str(data), 64, 8, 2)
-    args = [sys.executable, "study.py", f"--base={base}", "--arms=original,pairwise", "--seeds=1,2", "--drop=-2.5",
+    args = [sys.executable, "studies/study.py", f"--base={base}", "--arms=original,pairwise", "--seeds=1,2", "--drop=-2.5",
             "--min_steps=8", "--loss_step=8", "--sweep=-2.5,-1", f"--out_dir={tmp_path}/runs",
             f"--records={tmp_path}/rec", f"--summary={tmp_path}/study.json", f"--figures={tmp_path}/fig"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -149,7 +149,7 @@ def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
     base.write_text(f'dataset = "{data_dir}"\nn_layer, n_head, n_embd, n_inner = 1, 2, 32, 64\nblock_size = 64\n'
                     'batch_size = 8\nmax_iters = 4\neval_interval = 2\neval_iters = 2\ncompile = False\n')
     lock_dir(str(tmp_path / "runs" / "original_s1"), "a test")  # as if training now
-    p = subprocess.run([sys.executable, "study.py", f"--base={base}", "--arms=original", "--seeds=1",
+    p = subprocess.run([sys.executable, "studies/study.py", f"--base={base}", "--arms=original", "--seeds=1",
                         f"--out_dir={tmp_path}/runs", f"--records={tmp_path}/rec", "--summary=", "--figures=",
                         "--min_steps=2", "--loss_step=2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     unlock_dir(str(tmp_path / "runs" / "original_s1"))
@@ -157,7 +157,7 @@ def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
 
 
 def test_the_plan_gives_each_family_its_own_number_of_seeds():
-    plan = study.plan_runs("original,symmetric,original_heat", "", 2, "config/study.py", "")
+    plan = study.plan_runs("original,symmetric,original_heat", "", 2, "studies/config/study.py", "")
     seeds = {arm: [sd for a, sd, _ in plan if a == arm] for arm in ("original", "symmetric", "original_heat")}
     assert seeds == {"original": [str(s) for s in range(2, 2 + study.SEEDS["primary"])],
                      "symmetric": [str(s) for s in range(2, 2 + study.SEEDS["exploratory"])],
@@ -187,21 +187,21 @@ def test_the_entropy_median_counts_runs_whose_entropy_never_dropped():
 
 def test_the_prose_config_is_the_study_config_on_another_corpus():
     from configurator import read_file  # the two files are kept flat (nanoGPT's style); this keeps them in step
-    gcide, prose = (read_file(os.path.join(ROOT, "config", f)) for f in ("study.py", "study_prose.py"))
+    gcide, prose = (read_file(os.path.join(ROOT, "studies", "config", f)) for f in ("study.py", "study_prose.py"))
     assert set(gcide) == set(prose)
     assert {k for k in gcide if gcide[k] != prose[k]} == {"dataset", "out_dir"}
 
 
 def test_the_prose_plan_summarises_its_committed_records(tmp_path):
-    """config/study_prose_plan.py is study.py's plan for the second corpus: from the committed records alone (no
+    """studies/config/study_prose_plan.py is study.py's plan for the second corpus: from the committed records alone (no
     data), its summary has the pre-registered step-1,000 loss beside the loss at the cap, though its runs train to
     the cap."""
-    p = subprocess.run([sys.executable, "study.py", "config/study_prose_plan.py", "--train=False",
+    p = subprocess.run([sys.executable, "studies/study.py", "studies/config/study_prose_plan.py", "--train=False",
                         f"--summary={tmp_path}/prose.json", "--figures="], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr
     s = json.loads((tmp_path / "prose.json").read_text())
-    assert s["base_config"] == "config/study_prose.py" and s["min_steps"] == 3000 and s["loss_step"] == 1000
+    assert s["base_config"] == "studies/config/study_prose.py" and s["min_steps"] == 3000 and s["loss_step"] == 1000
     assert set(s["arms"]) <= {"original", "pairwise", "original_scaled", "original_heat"} and "original" in s["arms"]
     head, evals = read_record(os.path.join(ROOT, "assets", "study_prose", "original_s2.jsonl"))
     assert s["per_arm"]["original"]["loss_at_1000"]["per_seed"]["2"] == study.loss_at(evals, 1000)
@@ -222,11 +222,11 @@ def test_the_per_seed_table_pairs_each_seed_across_arms(capsys):
     assert rows[1:] == ["| 2 | 75 (75) | - |", "| 3 | > 100 (never) | 50 (50) |"]
 
 
-@pytest.mark.parametrize("plan, committed", [([], "study.json"), (["config/study_prose_plan.py"], "study_prose.json")])
+@pytest.mark.parametrize("plan, committed", [([], "study.json"), (["studies/config/study_prose_plan.py"], "study_prose.json")])
 def test_the_committed_summaries_are_what_the_committed_records_give(tmp_path, plan, committed):
     """A fresh clone reproduces each corpus's summary from its records alone: a record committed without its
     summary brought up to date (or a summary edited by hand) fails here."""
-    p = subprocess.run([sys.executable, "study.py", *plan, "--train=False", f"--summary={tmp_path}/s.json",
+    p = subprocess.run([sys.executable, "studies/study.py", *plan, "--train=False", f"--summary={tmp_path}/s.json",
                         "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     with open(os.path.join(ROOT, "assets", committed)) as f:

@@ -1,4 +1,4 @@
-"""lib/jobs.py: the launcher on tiny python scripts (order, what a job needs, how many at once, a failure or Ctrl-C
+"""studies/jobs.py: the launcher on tiny python scripts (order, what a job needs, how many at once, a failure or Ctrl-C
 stopping the others, a folder in use), U by hand, and which settings make a record another run. The studies' whole
 commands are tested in test_study.py and test_study_glue.py."""
 import json
@@ -12,7 +12,7 @@ import pytest
 
 from configurator import script_defaults
 from conftest import ROOT
-from lib import jobs
+from studies import jobs
 
 
 def script(tmp_path, name, body):

@@ -1,8 +1,8 @@
 """
-The statistics of the studies (study.py, study_glue.py) and GLUE's rank correlation (finetune_glue.py), numpy
-only: censored times (Kaplan-Meier), paired tests of a few seeds (t, exact sign-flip, Holm, TOST) and ranks.
+The statistics of the studies, numpy only: censored times (Kaplan-Meier) and paired tests of a few seeds (t, exact
+sign-flip, Holm, TOST).
 Student's t is written out rather than taken from scipy.stats.t: the two agree to ~1e-14, not to the last bit, and
-the committed summaries (assets/study*.json) rebuild byte for byte from these; tests/test_stats.py checks both
+the committed summaries (assets/study*.json) rebuild byte for byte from these; tests/studies/test_stats.py checks both
 against scipy where it is installed.
 """
 import math
@@ -110,22 +110,3 @@ def tost(d, margin):
     p = max(1 - t_cdf((mean + margin) / se, len(d) - 1), t_cdf((mean - margin) / se, len(d) - 1)) if se else \
         float(abs(mean) >= margin)
     return ci, p
-
-
-# ----------------------------------------------------------------------------- ranks
-def ranks(x):
-    """1-based ranks; tied values all get the average of the ranks they span."""
-    order = np.argsort(x, kind='stable')
-    _, first, count = np.unique(np.asarray(x)[order], return_index=True, return_counts=True)
-    r = np.empty(len(x))
-    r[order] = np.repeat(first + (count + 1) / 2, count)
-    return r
-
-
-def spearman(x, y):
-    """Spearman's rank correlation: the correlation of the ranks. nan where it is undefined (a constant side, fewer
-    than 2 pairs), as scipy.stats.spearmanr gives."""
-    if len(x) < 2:
-        return float('nan')
-    with np.errstate(invalid='ignore', divide='ignore'):  # a constant side: 0 / 0
-        return float(np.corrcoef(ranks(x), ranks(y))[0, 1])

@@ -1,4 +1,4 @@
-# The study's design (config/study.py) on a second corpus of another genre (docs/study.md): 5.3M tokens of
+# The study's design (studies/config/study.py) on a second corpus of another genre (docs/study.md): 5.3M tokens of
 # running English prose, the U.S. State of the Union addresses and 18 Project Gutenberg books
 # (python prepare_oscar.py --source=prose). Everything else as on GCIDE.
 dataset = "prose"

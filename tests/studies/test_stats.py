@@ -1,12 +1,12 @@
-"""lib/stats.py against answers worked out by hand, closed forms, and scipy.stats where it is installed (an
-independent implementation: its t distribution, t-test, permutation test, Kaplan-Meier and rank correlation)."""
+"""studies/stats.py against answers worked out by hand, closed forms, and scipy.stats where it is installed (an
+independent implementation: its t distribution, t-test, permutation test, Kaplan-Meier)."""
 import itertools
 import math
 
 import numpy as np
 import pytest
 
-from lib import stats
+from studies import stats
 
 
 # ----------------------------------------------------------------------------- censored times
@@ -121,31 +121,3 @@ def test_tost_by_hand_and_against_scipy():
     upper = scipy_stats.ttest_1samp(d, 0.35, alternative='less').pvalue  # mean < margin
     assert p == pytest.approx(max(lower, upper), rel=1e-9)
     assert ci == pytest.approx(tuple(scipy_stats.ttest_1samp(d, 0.0).confidence_interval(0.90)), rel=1e-9)
-
-
-# ----------------------------------------------------------------------------- ranks
-def test_ranks_and_spearman_by_hand():
-    assert stats.ranks(np.array([10, 20, 10, 30, 20])).tolist() == [1.5, 3.5, 1.5, 5.0, 3.5]
-    assert stats.ranks((3, 1, 2)).tolist() == [3.0, 1.0, 2.0]  # a tuple (as zip gives) too
-    assert stats.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
-    assert stats.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert stats.spearman([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(3 / math.sqrt(10))  # ranks 1 2.5 2.5 4
-    assert stats.spearman([1, 5, 9], [0.1, 0.2, 30]) == pytest.approx(1.0)  # monotone, not linear
-
-
-def test_spearman_is_nan_where_undefined():
-    """A constant side has no rank correlation (0 / 0): nan, as scipy.stats.spearmanr gives; likewise one pair."""
-    for x, y in (([1, 1, 1], [1, 2, 3]), ([1, 2, 3], [5.0, 5.0, 5.0]), ([2, 2], [2, 2]), ([1], [1])):
-        assert math.isnan(stats.spearman(x, y))
-
-
-def test_ranks_and_spearman_against_scipy():
-    scipy_stats = pytest.importorskip("scipy.stats")
-    rng = np.random.default_rng(3)
-    for n in (2, 3, 7, 30):
-        x, y = rng.integers(0, 5, n), rng.normal(size=n)  # x with ties
-        assert stats.ranks(x).tolist() == scipy_stats.rankdata(x).tolist()
-        if len(set(x)) > 1:
-            assert stats.spearman(x, y) == pytest.approx(scipy_stats.spearmanr(x, y).statistic, abs=1e-12)
-    with pytest.warns(scipy_stats.ConstantInputWarning):
-        assert math.isnan(scipy_stats.spearmanr([1, 1, 1], [1, 2, 3]).statistic)  # what spearman follows

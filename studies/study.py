@@ -5,8 +5,8 @@ config. Each finished run's eval records are kept in assets/study/<arm>_s<seed>.
 summary (assets/study.json) and the figures are made from those files alone.
 
     python prepare_oscar.py --source=gcide      # the corpus, once (Debian/Ubuntu: apt-get install dict-gcide)
-    python study.py                             # runs only the runs that assets/study/ lacks, two at a time
-    python study.py --train=False               # the summary and figures from the records, nothing run
+    python studies/study.py                     # runs only the runs that assets/study/ lacks, two at a time
+    python studies/study.py --train=False       # the summary and figures from the records, nothing run
 
 The criterion, fixed before the study's runs (docs/study.md): the first eval step whose loss is at least
 `drop` nats below U, the eval loss of the frequency (unigram) predictor on the same eval tokens. A run stops
@@ -18,22 +18,26 @@ Interrupted runs are resumed from out/study/; re-running the command continues.
 import math
 import os
 import signal
+import sys
 from functools import partial
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the
+# studies run from it as `python studies/<study>.py`, and import its scripts and lib/
 from configurator import check, configure, read_file
+from finetune_glue import spearman
 from lib.checkpoint import load_checkpoint
 from lib.dataloader import dataset_dir
 from lib.files import lock_dir, write_json
-from lib.jobs import RUN_KEYS_IGNORED, Job, differ, read_record, run_jobs, unigram_loss, write_record
 from lib.run import END_KEYS
-from lib.stats import holm, kaplan_meier, km_median, paired_t, rmst, sign_flip_p, spearman, tost
 import plot
 from plot import first_step_below, read_evals
+from studies.jobs import RUN_KEYS_IGNORED, Job, differ, read_record, run_jobs, unigram_loss, write_record
+from studies.stats import holm, kaplan_meier, km_median, paired_t, rmst, sign_flip_p, tost
 
 # -----------------------------------------------------------------------------
-base = 'config/study.py'  # the train.py config every arm starts from
+base = 'studies/config/study.py'  # the train.py config every arm starts from
 arms = ''  # '' = every arm of ARMS (below), in its order; or a comma list of them
 seeds = ''  # '' = each arm's pre-registered number of paired seeds (SEEDS) from first_seed on; a comma list = these
 first_seed = 2  # seed 1 made the pilot runs that fixed the criterion and the cap (docs/study.md): not part of the results
@@ -469,7 +473,7 @@ def main():
     u = unigram_level(read_records(plan, records), base_cfg, records, train)
     stop = stop_level(u, drop, drops)
     if train:
-        lock_dir(out_dir, 'study.py')  # one study per folder (each train.py run also holds its own)
+        lock_dir(out_dir, 'studies/study.py')  # one study per folder (each train.py run also holds its own)
         run_all(plan, u, cap, u - drop, stop, min_steps, records, out_dir, jobs, threads)
     runs, missing, shared = finished_runs(plan, read_records(plan, records), cap, stop, min_steps, records)
     s = summarize(runs, missing, shared, u, cap, drop, loss_step, drops, min_steps, base)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT
-from lib.jobs import read_record
-import study_glue
+from studies.jobs import read_record
+from studies import study_glue
 from test_glue import write
 
 TASKS = study_glue.tasks  # GLUE-4: sst2, mrpc, stsb, rte
@@ -101,7 +101,7 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
                     'batch_size = 8\ngradient_accumulation_steps = 1\nmax_iters = 6\nlearning_rate = 1e-2\n'
                     'warmup_iters = 2\neval_interval = 2\neval_iters = 2\nlog_interval = 2\nsave_interval = 2\n'
                     'checkpoint_interval = 3\ncompile = False\ndtype = "float32"\n')
-    args = [sys.executable, "study_glue.py", f"--base={base}", "--arms=original,hybrid,untrained", "--seeds=2,3",
+    args = [sys.executable, "studies/study_glue.py", f"--base={base}", "--arms=original,hybrid,untrained", "--seeds=2,3",
             "--tasks=sst2,rte", "--glue_seeds=1,2", "--glue_args=--epochs=1 --batch_size=2 --max_seq_len=64",
             f"--glue_dir={glue}",
             "--benchmark_seed=2", f"--out_dir={tmp_path}/runs", f"--records={tmp_path}/rec",
@@ -167,7 +167,7 @@ def test_a_cut_pre_training_record_is_one_line_naming_study_glue(tmp_path):
     shutil.copytree(os.path.join(ROOT, "assets", "study_glue"), rec)
     path = rec / "original_s2.jsonl"
     path.write_bytes(path.read_bytes()[:-20])
-    p = subprocess.run([sys.executable, "study_glue.py", "--train=False", f"--records={rec}", "--summary=",
+    p = subprocess.run([sys.executable, "studies/study_glue.py", "--train=False", f"--records={rec}", "--summary=",
                         "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
     one_line_error(p, f"study_glue: {path} is not a whole study record (ValueError: its last line is cut)")
 
@@ -175,7 +175,7 @@ def test_a_cut_pre_training_record_is_one_line_naming_study_glue(tmp_path):
 def test_the_committed_summary_is_what_the_committed_records_give(tmp_path):
     """A fresh clone rebuilds assets/study_glue.json from the records alone (the unfinished jobs listed in it): a
     record committed without its summary brought up to date, or a summary edited by hand, fails here."""
-    p = subprocess.run([sys.executable, "study_glue.py", "--train=False", f"--summary={tmp_path}/s.json",
+    p = subprocess.run([sys.executable, "studies/study_glue.py", "--train=False", f"--summary={tmp_path}/s.json",
                         "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     with open(os.path.join(ROOT, "assets", "study_glue.json")) as f:

@@ -1,0 +1,11 @@
+"""
+The studies of the implementation, apart from it: each is a script that runs its plan as train.py and
+finetune_glue.py jobs from the repository root, keeps every finished job's small record under assets/, and rebuilds
+its summary and figures from those records alone (--train=False).
+
+    study.py       the plateau study (docs/study.md): when does each operator leave the initial loss plateau?
+    study_glue.py  the second study (docs/study_glue.md): the paper's GLUE table and HybridBERT's claims, laptop scale
+    jobs.py        what they share: the jobs, a few at a time, and the records they leave
+    stats.py       their small-n statistics (Kaplan-Meier, paired t, exact sign-flip, Holm, TOST)
+    config/        their train.py configs and plans
+"""
