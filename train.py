@@ -145,8 +145,15 @@ if master:
           f"{len(data.val):,} val blocks of {block_size}; {world} process(es) x {accum} micro-steps x {batch_size} = "
           f"{batch_size * gradient_accumulation_steps} sequences per step; {device}, {dtype} ({dtype_why})", flush=True)
     if max_minutes:
-        print(f"budget: {max_minutes:g} minutes of training steps (evals and saves not counted), "
-              f"{spent / 60:.2f} spent; the learning rate follows the fraction spent", flush=True)
+        print(f"budget: {max_minutes:g} minute{'s' * (max_minutes != 1)} of training steps (evals and saves not "
+              f"counted), {spent / 60:.2f} spent; the learning rate follows the fraction spent", flush=True)
+    if device_type == "cpu" and max_iters > iter_num:  # a GPU config started on a CPU: say so before hours pass
+        flops = raw_model.flops_per_token(block_size, data.n_pred / block_size) * batch_size * block_size * \
+            gradient_accumulation_steps * (max_iters - iter_num)
+        if flops > 0.4e12 * 86400:  # a day at 0.4 TFLOP/s, about what 2 x86 cores reach in bf16 (docs/performance.md)
+            print(f"note: the {max_iters - iter_num:,} steps to go are {flops:.2g} FLOPs: "
+                  f"~{flops / 0.4e12 / 86400:,.0f} days on a CPU at 0.4 TFLOP/s. This config is meant for GPUs; "
+                  "config/tiny*.py are the CPU ones", flush=True)
     if warmup_iters > max_iters > 0:
         print(f"note: warmup_iters ({warmup_iters}) > max_iters ({max_iters}): the learning rate never reaches "
               f"{learning_rate:g}", flush=True)

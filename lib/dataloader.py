@@ -13,6 +13,9 @@ import torch
 from configurator import oneline
 
 
+SOURCES = ("builtin", "gcide", "prose", "oscar")  # prepare_oscar.py's named sources, each built in data/<source>
+
+
 def dataset_dir(dataset):
     """A dataset's folder: a name under data/ (as prepare_oscar.py makes it), or a path."""
     if not dataset.strip():
@@ -27,8 +30,11 @@ def load_dataset(data_dir, vocab_size, block_size):
     full scan of a multi-GB file on every start would cost minutes. Any problem: one line."""
     path = os.path.join(data_dir, "meta.json")
     if not os.path.exists(path):
-        raise SystemExit(f"no dataset in {data_dir}: make it with `python prepare_oscar.py --source=... "
-                         f"--out_dir={data_dir}` (the built-in corpus: `python prepare_oscar.py`)")
+        name = os.path.basename(os.path.normpath(data_dir))  # data/<source> is where prepare_oscar.py builds <source>
+        named = os.path.normpath(data_dir) == os.path.join("data", name) and name in SOURCES
+        raise SystemExit(f"no dataset in {data_dir}: make it with `python prepare_oscar.py " +
+                         (f"--source={name}`" if named else f"--source=... --out_dir={data_dir}`") +
+                         " (the sources: docs/data.md)")
     rebuild = "rebuild it with prepare_oscar.py ... --overwrite=True"
     try:
         with open(path, "rb") as f:

@@ -3,6 +3,7 @@ Files and folders that a crash cannot leave half-made: every file written whole 
 write_json), JSON read with a one-line error (read_json), a folder held by one process at a time (lock_dir, locked),
 and the temporaries of killed writers removed (remove_stale_temporaries). Every script that writes uses them.
 """
+import atexit
 import fcntl
 import json
 import os
@@ -73,6 +74,24 @@ def alive(pid):
 
 
 _held = {}  # folder -> file descriptor of its lock, held until released or the process exits
+_made = {}  # folder lock_dir created -> the topmost folder it created for it (out/ for out/run)
+
+
+@atexit.register
+def _tidy():
+    """A folder this process created and still holds, left with nothing but its lock (a script refused at start,
+    e.g. for missing data), goes again: no empty output folder is left behind."""
+    for path, top in _made.items():
+        try:
+            if path in _held and os.listdir(path) == [".lock"]:
+                os.remove(os.path.join(path, ".lock"))
+                while True:  # the folder, then the parents made for it, while empty
+                    os.rmdir(path)
+                    if path == top:
+                        break
+                    path = os.path.dirname(path)
+        except OSError:
+            pass
 
 
 def lock_dir(path, who):
@@ -84,6 +103,9 @@ def lock_dir(path, who):
                          "e.g. --out_dir=out/run")
     if os.path.abspath(path) in _held:  # this process has it already
         return
+    made, top = None, os.path.abspath(path)
+    while not os.path.isdir(top):  # the topmost folder makedirs will create
+        made, top = top, os.path.dirname(top)
     try:
         os.makedirs(path, exist_ok=True)
         fd = os.open(os.path.join(path, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
@@ -101,6 +123,8 @@ def lock_dir(path, who):
     except OSError:
         pass
     _held[os.path.abspath(path)] = fd
+    if made:
+        _made[os.path.abspath(path)] = made
 
 
 def unlock_dir(path):

@@ -161,8 +161,9 @@ class Run:
         rel = os.path.relpath(self.out_dir) if not os.path.relpath(self.out_dir).startswith("..") else self.out_dir
         c, name = self.config, os.path.basename(self.out_dir)
         evaluated = f", eval loss {eval_loss:.4f}, MLM accuracy {eval_acc:.4f}" if eval_acc is not None else ""
-        budget = c.get("max_minutes") and spent >= 60 * c["max_minutes"]
-        target = "" if step >= c["max_iters"] else f" (its budget of {c['max_minutes']:g} minutes spent)" if budget \
+        m = c.get("max_minutes")
+        budget = m and spent >= 60 * m
+        target = "" if step >= c["max_iters"] else f" (its budget of {m:g} minute{'s' * (m != 1)} spent)" if budget \
             else f" (at or below target_loss {c['target_loss']})"
         folder = os.path.join(self.out_dir, "snapshots")
         snapshots = len(os.listdir(folder)) if os.path.isdir(folder) else 0

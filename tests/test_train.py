@@ -1,6 +1,7 @@
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -188,7 +189,10 @@ def test_save_interval_a_killed_run_resumes_from_its_last_save(data_dir, tmp_pat
 def test_bad_input_messages(data_dir, tmp_path):
     p = run_train(*TINY, "--dataset=no_such_corpus", f"--out_dir={tmp_path}/x", check=False)
     assert p.returncode != 0 and "no dataset in data/no_such_corpus: make it with `python prepare_oscar.py" in p.stderr
-    assert "Traceback" not in p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "x").exists()  # nothing written: no folder left
+    p = run_script(os.path.join(ROOT, "train.py"), os.path.join(ROOT, "config", "base_pair.py"), cwd=tmp_path)
+    assert "no dataset in data/oscar: make it with `python prepare_oscar.py --source=oscar`" in p.stderr
+    assert p.returncode != 0 and not (tmp_path / "out").exists()
     p = run_train(*TINY, f"--dataset={data_dir}", "--block_size=48", f"--out_dir={tmp_path}/x", check=False)
     assert "must divide the dataset's block size" in p.stderr and "Traceback" not in p.stderr
     out = tmp_path / "run"
@@ -280,7 +284,7 @@ def test_dataset_files_are_checked_before_any_compute(data_dir, tmp_path):
         one_line_error(p, {"short": "the dataset is incomplete or corrupt", "no_val": "val.bin is missing",
                            "bad_meta": "cannot read dataset metadata", "keys": "meta.json is incomplete",
                            "dtype": "says dtype 'int32'; train.py reads uint16"}[name])
-        assert os.listdir(f"{tmp_path}/out_{name}") == [".lock"], name  # refused before anything was written
+        assert not os.path.exists(f"{tmp_path}/out_{name}"), name  # refused before anything was written: no folder
 
 
 def test_resume_refuses_another_architecture(data_dir, tmp_path):
@@ -416,6 +420,17 @@ def run_train_clocked(*args, tick=0.5):
     p = run_script("-c", code)
     assert p.returncode == 0, p.stderr[-3000:]
     return p
+
+
+def test_a_gpu_sized_run_on_a_cpu_is_told_so_and_one_minute_is_one(data_dir, tmp_path):
+    """A run whose steps would take days on a CPU says so at the start (from the model's FLOPs); a small one does
+    not. A budget of 1 minute is said in the singular."""
+    p = run_train_clocked(*TINY, f"--dataset={data_dir}", "--max_iters=1000000000", "--eval_interval=1000",
+                          "--max_minutes=1", f"--out_dir={tmp_path}/r", "--device=cpu", tick=30)  # 2 steps
+    assert re.search(r"note: the 1,000,000,000 steps to go are \S+ FLOPs: ~[\d,]+ days on a CPU", p.stdout), p.stdout
+    assert "budget: 1 minute of training steps" in p.stdout and "its budget of 1 minute spent" in p.stdout
+    p = run_train(*TINY, f"--dataset={data_dir}", "--max_iters=2", f"--out_dir={tmp_path}/s", "--device=cpu")
+    assert "days on a CPU" not in p.stdout
 
 
 def test_a_time_budget_drives_the_schedule_stops_saves_and_resumes(data_dir, tmp_path):
