@@ -13,7 +13,7 @@ import torch
 from configurator import oneline
 
 
-SOURCES = ("builtin", "gcide", "prose", "oscar")  # prepare_oscar.py's named sources, each built in data/<source>
+SOURCES = ("builtin", "gcide", "prose", "english", "oscar")  # prepare_oscar.py builds each in data/<source>
 
 
 def dataset_dir(dataset):
