@@ -35,6 +35,13 @@ class Run:
             lock_dir(out_dir, who[:200])
         self.out_dir = os.path.abspath(out_dir)
         self.ckpt_path = os.path.join(self.out_dir, "ckpt.pt")
+        if self.master:  # a user's file or folder where the run keeps its own (a file named snapshots): one line
+            for name, folder in (("ckpt.pt", False), ("log.jsonl", False), ("snapshots", True)):
+                path = os.path.join(self.out_dir, name)
+                if os.path.exists(path) and os.path.isdir(path) != folder:
+                    raise SystemExit(f"train: {path} is a {'file' if folder else 'folder'}, where train.py keeps its "
+                                     f"{name}{'/ folder' if folder else ''}: move it away or choose another out_dir "
+                                     "(nothing was changed)")
         if self.master:  # the files this class writes, half-written by a killed run: nothing else
             remove_stale_temporaries(self.out_dir, (r"ckpt\.pt", r"log\.jsonl"))
             remove_stale_temporaries(os.path.join(self.out_dir, "snapshots"), (r"ckpt_\d+\.pt",))
