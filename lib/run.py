@@ -279,6 +279,16 @@ def open_run(out_dir, config, given):
 
 
 # ----------------------------------------------------------------------------- the log
+def repeated(raw, resume_step):
+    """The log line raw is a train or eval record of a step after resume_step: one that a resume repeats."""
+    try:
+        r = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(r, dict) and r.get("type") in ("train", "eval") and type(r.get("step")) is int \
+        and r["step"] > resume_step
+
+
 def log_head(path):
     """The first record of a train.py log.jsonl when it names its run ({"type": "run", "run_id", "config", "data"});
     None for an old log, another file or none."""
@@ -294,27 +304,22 @@ def log_head(path):
 def open_log(path, head, resume_step=None, also=None):
     """train.py's log.jsonl as a function log(record), which appends the record with the wall-clock time (and calls
     also(record), if given). A new run's log starts with head, the record that names the run (a log left by this
-    run killed before its first save is replaced). On a resume the file is first cut back to the records up to
-    resume_step: those after it belong to steps the run repeats, a half-written line of a killed run goes too; a
-    line that is not a record (a damaged byte) is kept as it is when records to keep follow it. An old log gets
-    head at its top."""
+    run killed before its first save is replaced). On a resume the file is first cut back: only the train and eval
+    records it wrote after resume_step go (the run repeats those steps), and a record of a killed run cut short at
+    the end. Every other line stays where it is: a user's note, a record whose step is not a whole number, a damaged
+    byte. An old log gets head at its top."""
     line = lambda r: (json.dumps(r) + "\n").encode()
     kept = [line(head)]
     if resume_step is not None and os.path.exists(path):
         try:
             with open(path, "rb") as f:
-                lines = [raw + b"\n" for raw in f.read().splitlines()]
+                lines = f.read().split(b"\n")
         except OSError as e:
             raise SystemExit(f"train: cannot read {path} ({e.strerror or e})")
-        records, pending = [], []
-        for raw in lines:
-            try:
-                step = json.loads(raw)["step"]
-            except (ValueError, KeyError, TypeError):
-                pending.append(raw)
-                continue
-            if isinstance(step, int) and step <= resume_step:
-                records, pending = records + pending + [raw], []
+        cut = lines.pop()  # b"" after a whole last line; else the last line has no end
+        if cut and not cut.startswith(b'{"type": '):  # not a record of ours cut short: someone else's, kept whole
+            lines.append(cut)
+        records = [raw + b"\n" for raw in lines if not repeated(raw, resume_step)]
         kept = records if log_head(path) else kept + records
     atomic_write(path, lambda f: f.writelines(kept))
     try:

@@ -4,6 +4,7 @@ import json
 import os
 
 from conftest import run_script
+from lib.run import open_log
 from test_train import TINY, one_line_error
 
 
@@ -15,3 +16,20 @@ def test_8_a_file_named_snapshots_is_one_line_and_kept(data_dir, tmp_path):
     p = run_script("train.py", *TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2")
     one_line_error(p, "snapshots is a file, where train.py keeps its snapshots/ folder: move it away")
     assert (out / "snapshots").read_text() == "my notes" and sorted(os.listdir(out)) == [".lock", "snapshots"]
+
+
+# ---- 7: a resume cuts back only the records it repeats: a user's lines stay -----------------------------------
+def test_7_a_resume_keeps_every_log_line_it_did_not_write(tmp_path):
+    path = tmp_path / "log.jsonl"
+    head = {"type": "run", "step": 0, "run_id": "r", "config": {}, "data": None}
+    rec = lambda kind, step: json.dumps({"type": kind, "step": step, "loss": 5.0})
+    mine = [json.dumps({"type": "note", "step": "after the lr change", "text": "lr halved"}), "plain words, no JSON",
+            json.dumps({"type": "eval", "step": 3.5, "loss": 1.0})]  # lines train.py did not write
+    lines = [json.dumps(head), rec("eval", 0), rec("train", 1), rec("eval", 2), mine[0], rec("train", 3), mine[1],
+             rec("eval", 4), mine[2]]
+    path.write_text("\n".join(lines) + "\n" + rec("train", 5)[:20])  # a killed run's record, cut short
+    open_log(str(path), head, resume_step=2)
+    assert path.read_text().splitlines() == lines[:5] + mine[1:]  # steps 3 and 4 are repeated, the cut record goes
+    path.write_text("\n".join(lines[:5]) + "\nmy last words")  # a user's line without its newline: kept whole
+    open_log(str(path), head, resume_step=2)
+    assert path.read_text().splitlines() == lines[:5] + ["my last words"]
