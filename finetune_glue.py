@@ -229,6 +229,11 @@ def load_task(task, data_dir):
             for k, s in splits.items()}
 
 
+def shortest(pair):
+    """The shortest input worth the name: [CLS] a [SEP] (b [SEP]) with one token of each sentence."""
+    return 5 if pair else 3
+
+
 def encode(rows, max_len):
     """[CLS] a [SEP] (b [SEP]), longest-first truncation to max_len. Returns the token arrays, the length of
     the first segment [CLS] a [SEP] (token type 0, the rest is type 1), the lengths and the labels."""
@@ -237,6 +242,9 @@ def encode(rows, max_len):
     A = enc.encode_ordinary_batch([r[0].strip() for r in rows])
     B = enc.encode_ordinary_batch([r[1].strip() for r in rows]) if pair else [[]] * len(rows)
     budget = max_len - (3 if pair else 2)
+    if max_len < shortest(pair):  # the cut below would go negative, and slices from the end make inputs longer
+        raise SystemExit(f"finetune_glue: max_seq_len {max_len} holds no {'pair' if pair else 'sentence'}: at least "
+                         f"{shortest(pair)} ([CLS] a [SEP]{' b [SEP]' if pair else ''}, a token of each)")
     tok, first = [], []
     for a, b in zip(A, B):
         la, lb = len(a), len(b)
@@ -484,6 +492,9 @@ def make_settings(config):
            and 0 <= c.warmup_ratio <= 1 and min(c.weight_decay, c.grad_clip, c.max_train_samples) >= 0,
            "epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be >= 1, learning_rate > 0, "
            "warmup_ratio in [0, 1], weight_decay, grad_clip and max_train_samples >= 0"),
+          (c.max_seq_len >= max(shortest(t in TASKS and TASKS[t].cols[1] is not None) for t in task_list),
+           f"max_seq_len must hold [CLS] a [SEP] b [SEP] with a token of each sentence: at least 5 (3 for cola and "
+           f"sst2 alone); got {c.max_seq_len}"),
           (c.benchmark or c.init_from, "set --init_from=<checkpoint> or --benchmark=<train.py out_dir>"))
     seed_list = [int(x) for x in c.seeds.split(',')]
     missing = [p for t in task_list for p in tsv_files(t, c.data_dir).values() if c.data_dir and not os.path.isfile(p)]

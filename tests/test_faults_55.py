@@ -3,6 +3,9 @@ the fix: a traceback, a silently wrong result, or a user's line deleted."""
 import json
 import os
 
+import pytest
+
+import finetune_glue as fg
 from conftest import run_script
 from lib.run import open_log
 from test_train import TINY, one_line_error
@@ -33,3 +36,26 @@ def test_7_a_resume_keeps_every_log_line_it_did_not_write(tmp_path):
     path.write_text("\n".join(lines[:5]) + "\nmy last words")  # a user's line without its newline: kept whole
     open_log(str(path), head, resume_step=2)
     assert path.read_text().splitlines() == lines[:5] + ["my last words"]
+
+
+# ---- 4: settings that would make the work meaningless are refused in one line -----------------------------------
+SMALL_BENCH = ["--attention_types=original", "--modes=eager", "--hf_modes=", "--seq_lens=", "--warmup=1", "--steps=1",
+               "--repeats=1", "--n_layer=1", "--n_head=2", "--n_embd=32", "--n_inner=64", "--block_size=32",
+               "--matmul_size=64", "--dtypes=float32"]
+
+
+@pytest.mark.parametrize("script,args,msg", [
+    ("finetune_glue.py", ["--init_from=x.pt", "--max_seq_len=2"], "max_seq_len must hold [CLS] a [SEP] b [SEP]"),
+    ("finetune_glue.py", ["--init_from=x.pt", "--max_seq_len=4", "--tasks=rte"], "at least 5 (3 for cola and sst2"),
+    ("bench.py", SMALL_BENCH + ["--latency=1x"], "latency must be a comma list of batch x sequence shapes"),
+    ("bench.py", SMALL_BENCH + ["--latency=0x128"], "latency must be a comma list of batch x sequence shapes"),
+    ("bench.py", SMALL_BENCH + ["--mask_prob=0.01"], "mask_prob 0.01 predicts no position of a 32-token sequence")])
+def test_4_settings_that_make_the_work_meaningless_are_refused(script, args, msg):
+    one_line_error(run_script(script, "--device=cpu", *args), msg)
+
+
+def test_4_an_input_too_short_for_a_pair_is_never_made():
+    rows = [("the red dog sat on the mat", "a blue car on the road", 1)]
+    with pytest.raises(SystemExit, match="max_seq_len 4 holds no pair: at least 5"):
+        fg.encode(rows, 4)  # the cut went below 0: the inputs came out longer than max_seq_len
+    assert fg.encode(rows, 5)["len"].tolist() == [5] and fg.encode(rows[:1], 9)["len"].tolist() == [9]
