@@ -16,6 +16,8 @@ matmul's speed ("of the peak"), and the speed of the step's own matrix multiplic
 shapes, strides and precision as the profiler recorded them in one step ("of its matmuls"): what a step made of
 nothing else would reach. On an AVX-512 CPU the two are close; with AMX, small matmuls run far below a large one.
 """
+if __name__ == "__main__":  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import math
 import re
 import statistics
@@ -417,4 +419,5 @@ if __name__ == "__main__":
     from configurator import configure
 
     configure(globals())
-    main()
+    with interrupt.stops_cleanly("bench", "nothing was written (--json is written at the end)"):
+        main()

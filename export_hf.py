@@ -19,6 +19,8 @@ and [CLS] a [SEP] (b [SEP]) around the text, with token types, as prepare_oscar.
 their inputs, and README.md, the model card: what the model is, how it was trained and exported, its eval loss and
 MLM accuracy, and what it cannot do. Needs only torch (transformers is needed to load the result).
 """
+if __name__ == "__main__":  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import json
 import os
 from functools import lru_cache
@@ -324,4 +326,6 @@ if __name__ == "__main__":
     from configurator import configure
 
     configure(globals())
-    main()
+    with interrupt.stops_cleanly("export_hf", "no file was left half-written; a folder without config.json (written "
+                                              "last) is unfinished: run the same command with --overwrite=True"):
+        main()

@@ -12,6 +12,8 @@ rte accuracy; mrpc, qqp mean(F1, accuracy); stsb mean(Pearson, Spearman); mnli a
 mismatched. GLUE score = plain mean of those 9 numbers, per seed; mean and std over seeds are reported.
 <out_dir>/glue_results.json is rewritten after every (task, seed), so a re-run skips the finished pairs.
 """
+if __name__ == '__main__':  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import glob
 import math
 import os
@@ -508,7 +510,9 @@ def make_settings(config):
 
 if __name__ == '__main__':  # a script; the tests import its functions
     settings = make_settings(configure(globals()))
-    if settings.benchmark:
-        run_benchmark(settings.benchmark, settings)
-    else:
-        table3(settings.init_from, settings.out_dir, settings)
+    with interrupt.stops_cleanly('finetune_glue', f"the results finished so far are kept in {settings.out_dir}: the "
+                                                  "same command goes on from them"):
+        if settings.benchmark:
+            run_benchmark(settings.benchmark, settings)
+        else:
+            table3(settings.init_from, settings.out_dir, settings)

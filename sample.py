@@ -9,6 +9,8 @@ filled in. --untrained=True also prints what the same model guessed before train
 architecture initialised from the run's seed), to see what training changed. A [MASK] stands for one GPT-2 token, which carries its own leading space: " [MASK]" reads as
 "[MASK]" (tokenizer.encode_with_specials).
 """
+if __name__ == '__main__':  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import torch
 
 from lib.checkpoint import load_checkpoint
@@ -84,4 +86,5 @@ if __name__ == '__main__':
 
     configure(globals())
     check_device(device)
-    main()
+    with interrupt.stops_cleanly('sample', 'nothing was written'):
+        main()

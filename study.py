@@ -15,9 +15,10 @@ does runs to the cap (the base config's max_iters). The uncensored endpoint is t
 every run reaches.
 Interrupted runs are resumed from out/study/; re-running the command continues.
 """
+if __name__ == '__main__':  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import math
 import os
-import signal
 from functools import partial
 
 import numpy as np
@@ -455,8 +456,6 @@ def numbers(text):
 
 
 def main():
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the runs save, then stop too
     check('study', (all(a in ARMS for a in arms.split(',')) if arms else True,
                     f"arms must be a comma list of {', '.join(ARMS)}"),
           (all(s.isdigit() for s in seeds.split(',')) if seeds else True, "seeds must be a comma list of integers"),
@@ -483,4 +482,6 @@ def main():
 
 if __name__ == '__main__':
     configure(globals())
-    main()
+    with interrupt.stops_cleanly('study', "the running runs saved and stopped, the finished ones are recorded: the "
+                                          "same command continues where it stopped"):  # in the background too
+        main()

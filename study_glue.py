@@ -12,9 +12,10 @@ assets/study_glue/ (small files, committed): the summary and figures are made fr
 The plan, endpoints and tests were fixed before the runs (docs/study_glue.md). An interrupted job is resumed from
 out/study_glue/; re-running the command continues.
 """
+if __name__ == '__main__':  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import datetime
 import os
-import signal
 from functools import partial
 
 import numpy as np
@@ -354,7 +355,7 @@ def main():
 
 
 if __name__ == '__main__':
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the jobs save, then stop too
     configure(globals())
-    main()
+    with interrupt.stops_cleanly('study_glue', "the running jobs saved and stopped, the finished ones are recorded: "
+                                               "the same command continues where it stopped"):  # in the background too
+        main()

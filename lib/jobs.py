@@ -39,8 +39,8 @@ class Job(NamedTuple):
 def run_jobs(todo, at_once, threads, who):
     """Runs the jobs in their order, `at_once` at a time, each once what it needs is there, with `threads` torch
     threads each (0: torch's default). A failed job, Ctrl-C or a scheduler's stop (SIGTERM, made a
-    KeyboardInterrupt by the caller) stops the others with SIGINT (train.py saves first); the same command then
-    continues."""
+    KeyboardInterrupt by the caller's interrupt.stops_cleanly) stops the others with SIGINT (train.py saves first),
+    waits for them and raises again; the same command then continues."""
     todo, running = list(todo), {}
     env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
     try:
@@ -73,8 +73,6 @@ def run_jobs(todo, at_once, threads, who):
             p.send_signal(signal.SIGINT)
         for p, *_ in running.values():
             p.wait()
-        if sys.exc_info()[0] is KeyboardInterrupt:
-            raise SystemExit(f"{who}: interrupted; the same command continues where it stopped")
         raise
 
 

@@ -8,6 +8,7 @@ import pytest
 import finetune_glue as fg
 from conftest import run_script
 from lib.run import open_log
+from test_glue import save_ckpt, synthetic
 from test_train import TINY, one_line_error
 
 
@@ -59,3 +60,40 @@ def test_4_an_input_too_short_for_a_pair_is_never_made():
     with pytest.raises(SystemExit, match="max_seq_len 4 holds no pair: at least 5"):
         fg.encode(rows, 4)  # the cut went below 0: the inputs came out longer than max_seq_len
     assert fg.encode(rows, 5)["len"].tolist() == [5] and fg.encode(rows[:1], 9)["len"].tolist() == [9]
+
+
+# ---- 3: Ctrl-C in any script: one line, exit 130, the finished work kept -----------------------------------------
+def interrupted(script, args, after):
+    """python script args, with a Ctrl-C (SIGINT to itself) just after the first call of `after` (module.function)
+    returns: an interrupt at a known point of its work."""
+    mod, fn = after.rsplit(".", 1)
+    code = (f"import os, runpy, signal, sys\nsys.argv = [{script!r}, *{[str(a) for a in args]!r}]\nimport {mod}\n"
+            f"real = {mod}.{fn}\ndef hit(*a, **k):\n    out = real(*a, **k)\n    os.kill(os.getpid(), signal.SIGINT)\n"
+            f"    return out\n{mod}.{fn} = hit\nrunpy.run_path({script!r}, run_name='__main__')\n")
+    return run_script("-c", code)
+
+
+def one_line_stop(p, msg):
+    assert p.returncode == 130 and msg in p.stderr and "Traceback" not in p.stderr, (p.returncode, p.stderr[-2000:])
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
+
+
+def test_3_ctrl_c_during_fine_tuning_is_one_line_and_keeps_the_finished_results(tmp_path):
+    synthetic(tmp_path / "glue", 64, 32)
+    out = tmp_path / "out"
+    args = [f"--init_from={save_ckpt(tmp_path / 'ckpt.pt')}", f"--data_dir={tmp_path / 'glue'}", "--tasks=rte",
+            "--seeds=1,2", "--epochs=1", "--max_seq_len=32", "--device=cpu", f"--out_dir={out}"]
+    p = interrupted("finetune_glue.py", args, "lib.files.write_json")  # right after seed 1's result is written
+    one_line_stop(p, f"finetune_glue: interrupted by signal 2; the results finished so far are kept in {out}")
+    assert list(json.loads((out / "glue_results.json").read_text())["runs"]["rte"]) == ["1"]
+    p = run_script("finetune_glue.py", *args)
+    assert p.returncode == 0 and "rte seed 1: done already" in p.stdout and "rte seed 2: rte" in p.stdout
+
+
+def test_3_ctrl_c_during_an_export_is_one_line_and_leaves_no_half_file(tmp_path):
+    args = [f"--init_from={save_ckpt(tmp_path / 'ckpt.pt')}", f"--out_dir={tmp_path / 'hf'}"]
+    p = interrupted("export_hf.py", args, "lib.files.atomic_write")  # after the first file
+    one_line_stop(p, "export_hf: interrupted by signal 2; no file was left half-written")
+    assert not [n for n in os.listdir(tmp_path / "hf") if ".tmp." in n or n == "config.json"]
+    assert run_script("export_hf.py", *args, "--overwrite=True").returncode == 0
+    assert (tmp_path / "hf" / "config.json").exists()
