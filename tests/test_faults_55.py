@@ -4,8 +4,10 @@ import json
 import os
 
 import pytest
+import torch
 
 import finetune_glue as fg
+from lib.device import set_up
 from conftest import run_script
 from lib.run import open_log
 from test_glue import save_ckpt, synthetic
@@ -97,3 +99,25 @@ def test_3_ctrl_c_during_an_export_is_one_line_and_leaves_no_half_file(tmp_path)
     assert not [n for n in os.listdir(tmp_path / "hf") if ".tmp." in n or n == "config.json"]
     assert run_script("export_hf.py", *args, "--overwrite=True").returncode == 0
     assert (tmp_path / "hf" / "config.json").exists()
+
+
+# ---- 5: what a record says is what ran ----------------------------------------------------------------------------
+def test_5_a_compiled_step_on_a_cpu_gives_the_same_numbers_every_time():
+    """train.py's compiled step added the embedding's gradient (a scatter) with atomic adds in thread order: four quick
+    starts gave four step-10 losses. set_up makes a CPU deterministic."""
+    was = torch.are_deterministic_algorithms_enabled()
+    try:
+        set_up("cpu", "float32")
+        g = torch.Generator().manual_seed(0)
+        ids, up = torch.randint(0, 50, (16384,), generator=g), torch.randn(16384, 64, generator=g)  # ids repeat
+        w = torch.randn(1000, 64, generator=g, requires_grad=True)
+        step = torch.compile(lambda w: (torch.nn.functional.embedding(ids, w) * up).sum())
+        grads = []
+        for _ in range(6):
+            w.grad = None
+            step(w).backward()
+            grads.append(w.grad.clone())
+        assert all(torch.equal(grads[0], x) for x in grads[1:])  # bit for bit
+    finally:
+        torch.use_deterministic_algorithms(was)
+
