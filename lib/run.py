@@ -54,6 +54,10 @@ class Run:
         # the run's identity, saved in every checkpoint and at the top of log.jsonl: a checkpoint of another run is
         # never resumed over this folder's log (an old checkpoint has none: a new one from here on)
         self.run_id = (self.ckpt or {}).get("run_id") or uuid.uuid4().hex[:16]  # a new run: a new id
+        # the seed its weights were initialised from, saved in every checkpoint: a resume may change config's seed
+        # (sample.py --untrained=True rebuilds the untrained model from this one)
+        self.init_seed = self.ckpt.get("init_seed", self.ckpt["config"].get("seed", config["seed"])) if self.ckpt \
+            else config["seed"]
         self.data = None  # the dataset's fingerprint (dataloader.fingerprint), given to restore
         self.last_good = self.ckpt_path if self.resumed else None  # named when a run must stop
         self.signals, self.log, self.rng = [], None, None
@@ -133,7 +137,7 @@ class Run:
         if not all_finite(self.model.parameters()):
             self.stop("the weights are not finite (NaN/inf)", state["iter_num"])
         ck = {"model": self.model.state_dict(), "model_args": self.model_args, "config": self.config,
-              "run_id": self.run_id, "data": self.data, **state}
+              "run_id": self.run_id, "init_seed": self.init_seed, "data": self.data, **state}
         if full:
             rng = {"cpu": torch.get_rng_state(),
                    "cuda": torch.cuda.get_rng_state() if self.device_type == "cuda" else None}

@@ -6,12 +6,16 @@ import os
 import pytest
 import torch
 
+import export_hf
 import finetune_glue as fg
+import sample
+from lib.checkpoint import load_checkpoint
 from lib.device import set_up
+from model import Bert, BertConfig
 from conftest import run_script
 from lib.run import open_log
 from test_glue import save_ckpt, synthetic
-from test_train import TINY, one_line_error
+from test_train import TINY, one_line_error, run_train
 
 
 # ---- 8: a user's file where train.py keeps a folder is one line, and kept ---------------------------------------
@@ -121,3 +125,29 @@ def test_5_a_compiled_step_on_a_cpu_gives_the_same_numbers_every_time():
     finally:
         torch.use_deterministic_algorithms(was)
 
+
+def test_5_the_model_card_of_a_budget_run_describes_the_schedule_it_ran():
+    cfg = BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, block_size=64)
+    config = {"dataset": "builtin", "batch_size": 8, "gradient_accumulation_steps": 1, "learning_rate": 1e-3,
+              "warmup_iters": 10_000, "decay_lr": True, "max_iters": 100_000, "max_minutes": 0.1, "dtype": "float32",
+              "seed": 3}
+    ck = {"model": Bert(cfg).state_dict(), "model_args": vars(cfg), "config": config, "iter_num": 7, "spent": 6.2}
+    card = export_hf.model_card(ck, export_hf.hf_weights(cfg, ck["model"]))
+    assert "step 100,000" not in card and "on a budget of 0.1 minutes of training steps" in card
+    assert "warm-up over the first 10.0%, then linear decay to 0, reached as the budget ran out at step 7" in card
+    card = export_hf.model_card({**ck, "spent": 3.0}, export_hf.hf_weights(cfg, ck["model"]))  # a snapshot on the way
+    assert "then linear decay to 0 as the budget runs out (or at step 100,000, if sooner)" in card
+
+
+def test_5_the_untrained_model_is_the_runs_own_after_a_resume_with_another_seed(data_dir, tmp_path):
+    out = str(tmp_path / "run")
+    args = [*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--eval_interval=2"]
+    run_train(*args, "--max_iters=2", "--seed=1")
+    run_train(*args, "--max_iters=4", "--seed=2", "--init_from=resume")
+    ck = load_checkpoint(os.path.join(out, "ckpt.pt"))
+    torch.manual_seed(1)  # train.py's step 0: the seed the run started with
+    want = Bert(BertConfig(**ck["model_args"])).state_dict()
+    got = sample.untrained_model(ck).state_dict()
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    card = export_hf.model_card(ck, export_hf.hf_weights(BertConfig(**ck["model_args"]), ck["model"]))
+    assert "seed 1 (resumed with seed 2)" in card
