@@ -2,6 +2,7 @@
 the fix: a traceback, a silently wrong result, or a user's line deleted."""
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -14,7 +15,7 @@ from lib.device import set_up
 from model import Bert, BertConfig
 from conftest import run_script
 from lib.run import open_log
-from test_glue import save_ckpt, synthetic
+from test_glue import run as run_glue, save_ckpt, synthetic
 from test_train import TINY, one_line_error, run_train
 
 
@@ -151,3 +152,55 @@ def test_5_the_untrained_model_is_the_runs_own_after_a_resume_with_another_seed(
     assert all(torch.equal(got[k], want[k]) for k in want)
     card = export_hf.model_card(ck, export_hf.hf_weights(BertConfig(**ck["model_args"]), ck["model"]))
     assert "seed 1 (resumed with seed 2)" in card
+
+
+# ---- 1: a result names the model it came from, never another's at the same path ----------------------------------
+def test_1_results_are_of_a_model_not_of_a_path(tmp_path):
+    synthetic(tmp_path / "glue", 64, 32)
+    ckpt, out = tmp_path / "ckpt.pt", tmp_path / "out"
+    args = [f"--init_from={ckpt}", f"--data_dir={tmp_path / 'glue'}", "--tasks=rte", "--seeds=1", "--epochs=1",
+            f"--out_dir={out}"]
+    save_ckpt(ckpt, seed=1)
+    assert run_glue(*args).returncode == 0
+    shutil.copy(ckpt, tmp_path / "copy.pt")  # the same model elsewhere: its results are the same model's
+    p = run_glue(*args[1:], f"--init_from={tmp_path / 'copy.pt'}")
+    assert p.returncode == 0 and "rte seed 1: done already" in p.stdout, p.stderr[-2000:]
+    first = (out / "glue_results.json").read_text()
+    save_ckpt(ckpt, seed=2)  # another model retrained at the same path, at the same step
+    one_line_error(run_glue(*args), f"glue_results.json holds the results of another model (run (no id) at step 0")
+    assert (out / "glue_results.json").read_text() == first  # the first model's results, left as they are
+    p = run_glue(*args, f"--out_dir={tmp_path / 'new'}")  # its own folder: its own results
+    assert p.returncode == 0 and "done already" not in p.stdout
+    named = [json.loads((d / "glue_results.json").read_text())["protocol"]["pretrained"]
+             for d in (out, tmp_path / "new")]
+    assert named[0]["weights"] != named[1]["weights"] and named[0]["step"] == named[1]["step"] == 0
+
+
+def test_1_save_models_keeps_a_classifier_for_every_pair_it_reports(tmp_path):
+    synthetic(tmp_path / "glue", 64, 32)
+    out = tmp_path / "out"
+    args = [f"--init_from={save_ckpt(tmp_path / 'ckpt.pt')}", f"--data_dir={tmp_path / 'glue'}", "--tasks=rte",
+            "--seeds=1", "--epochs=1", f"--out_dir={out}"]
+    assert run_glue(*args).returncode == 0  # without its classifier
+    p = run_glue(*args, "--save_models=True")  # the pair was done, but nothing to export: it is run again
+    assert p.returncode == 0 and "its classifier was not kept: fine-tuned again" in p.stdout, p.stderr[-2000:]
+    kept = torch.load(out / "rte_s1.pt", weights_only=True)
+    assert kept["pretrained"] == json.loads((out / "glue_results.json").read_text())["protocol"]["pretrained"]
+    assert "done already, skipped" in run_glue(*args, "--save_models=True").stdout
+
+
+def test_1_a_benchmark_step_of_another_model_is_refused_before_any_compute(tmp_path):
+    synthetic(tmp_path / "glue", 64, 32)
+    run = tmp_path / "train"
+    os.makedirs(run / "snapshots")
+    for step in (100, 200):
+        save_ckpt(run / "snapshots" / f"ckpt_{step:07d}.pt", iter_num=step, seed=step)
+    args = [f"--benchmark={run}", f"--data_dir={tmp_path / 'glue'}", "--tasks=rte", "--seeds=1", "--epochs=1",
+            f"--out_dir={tmp_path / 'bench'}"]
+    assert run_glue(*args).returncode == 0
+    bench = (tmp_path / "bench" / "benchmark.json").read_text()
+    for step in (100, 200, 300):  # the run trained again in the same folder: other weights at the same steps
+        save_ckpt(run / "snapshots" / f"ckpt_{step:07d}.pt", iter_num=step, seed=step + 1)
+    one_line_error(run_glue(*args), "step_0000100/glue_results.json holds the results of another model")
+    assert (tmp_path / "bench" / "benchmark.json").read_text() == bench and not (tmp_path / "bench" /
+                                                                                 "step_0000300").exists()
