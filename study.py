@@ -23,11 +23,12 @@ from functools import partial
 
 import numpy as np
 
-from configurator import check, configure, read_file
+from configurator import check, configure
 from lib.checkpoint import load_checkpoint
 from lib.dataloader import dataset_dir
 from lib.files import lock_dir, write_json
-from lib.jobs import RUN_KEYS_IGNORED, Job, differ, read_record, run_jobs, unigram_loss, write_record
+from lib.jobs import BASE_CONFIG, RUN_KEYS_IGNORED, Job, differ, read_checked, read_record, run_jobs, unigram_loss, \
+    write_record
 from lib.run import END_KEYS
 from lib.stats import holm, kaplan_meier, km_median, paired_t, rmst, sign_flip_p, spearman, tost
 import plot
@@ -273,9 +274,7 @@ def fmt_steps(a, cap):
 
 def base_settings(base, min_steps, loss_step):
     """The base config's own settings, checked, and the cap (its max_iters)."""
-    base_cfg = read_file(base)
-    need = ('dataset', 'max_iters', 'block_size', 'batch_size', 'eval_iters', 'eval_interval')
-    check('study', (set(need) <= set(base_cfg), f"{base} must set {', '.join(need)}"))
+    base_cfg = read_checked(base, BASE_CONFIG, 'study')
     cap = base_cfg['max_iters']
     check('study', (cap >= min_steps >= loss_step >= 0 and min_steps % base_cfg['eval_interval'] == 0
                     and loss_step % base_cfg['eval_interval'] == 0,

@@ -21,10 +21,11 @@ from functools import partial
 import numpy as np
 import torch
 
-from configurator import check, configure, read_file
+from configurator import check, configure
 from lib.dataloader import dataset_dir
 from lib.files import read_json, write_json
-from lib.jobs import Job, code_commit, cpu_name, differ, read_record, run_jobs, unigram_loss, write_record
+from lib.jobs import (BASE_CONFIG, BENCHMARK_RECORD, GLUE_RECORD, STEP_TIMES, Job, code_commit, cpu_name, differ,
+                      read_checked, read_record, run_jobs, unigram_loss, write_record)
 from lib.stats import holm, paired_t, sign_flip_p, tost
 import plot
 
@@ -92,8 +93,8 @@ def job_done(kind, cmd, rec):
         return r is not None
     if not os.path.exists(rec):
         return False
-    r = read_json(rec, 'study_glue record')
-    want = [f'--{k}={v}' for k, v in r.get('request', {}).items()]
+    r = read_checked(rec, GLUE_RECORD if kind == 'glue' else BENCHMARK_RECORD, 'study_glue')
+    want = [f'--{k}={v}' for k, v in r['request'].items()]
     if sorted(want) != sorted(a for a in cmd if not a.startswith(('--init_from', '--benchmark', '--out_dir'))):
         raise SystemExit(f"study_glue: {rec} was made with other settings ({' '.join(want)}): move it away")
     return True
@@ -322,7 +323,7 @@ def figure(pre, s, path):
 
 
 def main():
-    base_cfg = read_file(base)
+    base_cfg = read_checked(base, BASE_CONFIG, 'study_glue')
     cap = base_cfg['max_iters']
     plan = plan_jobs()
     if train:
@@ -336,14 +337,14 @@ def main():
         elif kind == 'pretrain':
             pre.setdefault(arm, {})[sd] = read_record(rec, 'study_glue')[1]
         elif kind == 'glue':
-            glue.setdefault(arm, {})[sd] = read_json(rec, 'study_glue record')
+            glue.setdefault(arm, {})[sd] = read_checked(rec, GLUE_RECORD, 'study_glue')
         else:
-            bench[arm] = read_json(rec, 'study_glue record')
+            bench[arm] = read_checked(rec, BENCHMARK_RECORD, 'study_glue')
     print(f"study_glue: {len(plan) - len(missing)} of {len(plan)} jobs recorded" +
           (f"; not yet run: {', '.join(missing)}" if missing else ", every job of the plan"))
     check('study_glue', (pre, f"no finished run recorded in {records}/: run the study with --train=True"))
     times = os.path.join(records, 'step_times.json')  # bench.py --json=... of the arms, one quiet run
-    raw = read_json(times, 'step times')['ms_per_step'] if os.path.exists(times) else {}
+    raw = read_checked(times, STEP_TIMES, 'study_glue')['ms_per_step'] if os.path.exists(times) else {}
     step_ms = {a: raw[BENCH_NAMES.get(a, a)] for a in ARMS if BENCH_NAMES.get(a, a) in raw}
     s = summarize(pre, glue, bench, step_ms, cap, tasks, glue_seeds)
     s['missing'] = missing
