@@ -116,6 +116,12 @@ def record_complete(evals, cap, stop, min_steps):
 
 
 # ----------------------------------------------------------------------------- the runs
+def recorded(path, cap, stop, min_steps):
+    """The run's record is there and complete."""
+    rec = read_record(path)
+    return bool(rec) and record_complete(rec[1], cap, stop, min_steps)
+
+
 def plan_runs(arms, seeds, first_seed, base, train_args):
     """[(arm, seed, train.py arguments)], seed-major: a partial study has every arm. arms: a comma list of ARMS, ''
     = all; seeds: a comma list, '' = each family's number of seeds (SEEDS) from first_seed on."""
@@ -154,7 +160,8 @@ def run_all(plan, u, cap, level, stop, min_steps, records, out_dir, jobs, thread
         cmd = cmd + [f'--target_loss={stop}', f'--min_iters={min_steps}', f'--out_dir={run}'] + \
             (['--init_from=resume'] if resume else [])  # train.py stops once it has met both
         todo.append(Job(run, run, 'train.txt', ['train.py', *cmd],
-                        partial(finish, path, run, ' '.join(['python train.py', *cmd]), u, level)))
+                        partial(finish, path, run, ' '.join(['python train.py', *cmd]), u, level),
+                        recorded=partial(recorded, path, cap, stop, min_steps)))  # by another study.py since: skipped
     print(f"study: {len(plan) - len(todo)} of {len(plan)} runs recorded in {records}/; {len(todo)} to train, {jobs} "
           f"at a time; criterion: eval loss <= {level:.4f}", flush=True)
     run_jobs(todo, jobs, threads, 'study')

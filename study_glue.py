@@ -140,7 +140,8 @@ def run_all(plan, u):
     its model's pre-training); writes each record as its job ends."""
     todo = [Job(f"{kind} {arm}_s{sd}", run, f'{kind}.txt', command(kind, cmd, run),
                 partial(finish, kind, cmd, run, rec, u),
-                needs='' if kind == 'pretrain' else os.path.join(records, f"{arm}_s{sd}.jsonl"))
+                needs='' if kind == 'pretrain' else os.path.join(records, f"{arm}_s{sd}.jsonl"),
+                recorded=partial(job_done, kind, cmd, rec))  # by another study_glue.py since: skipped
             for kind, arm, sd, cmd, run, rec in plan if not job_done(kind, cmd, rec)]
     print(f"study_glue: {len(plan) - len(todo)} of {len(plan)} jobs recorded in {records}/; {len(todo)} to run, "
           f"{jobs} at a time", flush=True)

@@ -72,21 +72,23 @@ def alive(pid):
     return True
 
 
-_held = {}  # folder -> file descriptor of its lock, held until released or the process exits
+_held = {}  # lock file -> its file descriptor, held until released or the process exits
 
 
-def lock_dir(path, who):
+def lock_dir(path, who, name=".lock"):
     """Creates path if needed and holds it for this process: an exclusive flock on path/.lock, whose text names
     the holder. The operating system releases it when the process ends in any way, so the lock of a dead
-    process is free again. Another live holder: one line naming it."""
+    process is free again. Another live holder: one line naming it. Another name holds a part of the folder's work
+    (lib/jobs.py: one job of a study, whose own script then holds path/.lock)."""
     if not str(path).strip():  # an unset shell variable (--out_dir=$OUT): never the current folder
         raise SystemExit(f"{who.split()[0]}: the output folder is empty (an unset shell variable?): name one, "
                          "e.g. --out_dir=out/run")
-    if os.path.abspath(path) in _held:  # this process has it already
+    lock = os.path.abspath(os.path.join(path, name))
+    if lock in _held:  # this process has it already
         return
     try:
         os.makedirs(path, exist_ok=True)
-        fd = os.open(os.path.join(path, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise SystemExit(f"cannot use {path} as an output folder: {e.strerror}")
     try:
@@ -100,11 +102,11 @@ def lock_dir(path, who):
         os.write(fd, f"{who} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
     except OSError:
         pass
-    _held[os.path.abspath(path)] = fd
+    _held[lock] = fd
 
 
-def unlock_dir(path):
-    fd = _held.pop(os.path.abspath(path), None)
+def unlock_dir(path, name=".lock"):
+    fd = _held.pop(os.path.abspath(os.path.join(path, name)), None)
     if fd is not None:
         os.close(fd)
 

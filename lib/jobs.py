@@ -21,7 +21,7 @@ import torch
 from configurator import configure, oneline, read_file, script_defaults
 from lib.checkpoint import load_checkpoint
 from lib.dataloader import frequency_only_loss, load_dataset
-from lib.files import atomic_write, locked
+from lib.files import atomic_write, lock_dir, locked, unlock_dir
 from lib.run import MACHINE_KEYS, run_changes
 from plot import read_evals
 
@@ -37,14 +37,23 @@ class Job(NamedTuple):
     argv: list  # the script and its arguments
     done: Callable[[], str]  # once it ended well: writes its record, returns what the 'done' line says after it
     needs: str = ''  # a file that must be there before it starts (the record of a job it follows)
+    recorded: Callable[[], bool] = lambda: False  # its record is there (another launcher ran it since): skipped
+
+
+def job_lock(job):
+    """The lock file of the job in its folder, held by its launcher from its start to its record (its script holds
+    the folder's own .lock)."""
+    return f".{os.path.splitext(job.log)[0]}.lock"
 
 
 def run_jobs(todo, at_once, threads, who):
     """Runs the jobs in their order, `at_once` at a time, each once what it needs is there, with `threads` torch
     threads each (0: torch's default). A failed job, Ctrl-C or a scheduler's stop (SIGTERM, made a
     KeyboardInterrupt by the caller's interrupt.stops_cleanly) stops the others with SIGINT (train.py saves first),
-    waits for them and raises again; the same command then continues."""
-    todo, running = list(todo), {}
+    waits for them and raises again; the same command then continues. Each job is held (job_lock) from before it
+    starts until its record is written: a second launcher on the same folders is refused it with one line while it
+    runs, and skips it once it is recorded; it never runs it again."""
+    todo, running, held = list(todo), {}, []
     env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
     try:
         while todo or running:
@@ -52,15 +61,24 @@ def run_jobs(todo, at_once, threads, who):
             while ready and len(running) < at_once:
                 job = ready.pop(0)
                 todo.remove(job)
-                with locked(job.folder, f'{who}.py'):  # makes the folder; held by another: one line
+                lock_dir(job.folder, f'{who}.py, {job.name}', job_lock(job))  # makes the folder; another's: one line
+                held.append(job)
+                if job.recorded():  # another launcher ran it since the plan
+                    unlock_dir(job.folder, job_lock(job))
+                    held.remove(job)
+                    print(f"  {job.name}: recorded meanwhile (another {who}), skipped", flush=True)
+                    continue
+                with locked(job.folder, f'{who}.py'):  # its script's own lock: a train.py there is one line
                     pass
                 with open(os.path.join(job.folder, job.log), 'a') as f:
                     p = subprocess.Popen([sys.executable, *job.argv], stdout=f, stderr=subprocess.STDOUT, env=env)
                 running[job.name] = (p, job, time.time())
                 print(f"  started {job.name}", flush=True)
-            if not running:
+            if not running and todo:
                 raise SystemExit(f"{who}: the jobs left wait for records that are not there: "
                                  f"{', '.join(dict.fromkeys(j.needs for j in todo))}")
+            if not running:  # the last ones were recorded meanwhile
+                break
             time.sleep(2)
             for name, (p, job, t0) in list(running.items()):
                 if p.poll() is None:
@@ -71,12 +89,17 @@ def run_jobs(todo, at_once, threads, who):
                         last = (f.read().strip().splitlines() or [''])[-1]
                     raise SystemExit(f"{who}: {name} failed (exit {p.returncode}): {last}")
                 print(f"  done {name} in {(time.time() - t0) / 60:.1f} min: {job.done()}", flush=True)
+                unlock_dir(job.folder, job_lock(job))  # recorded: another launcher now skips it
+                held.remove(job)
     except BaseException:
         for p, *_ in running.values():
             p.send_signal(signal.SIGINT)
         for p, *_ in running.values():
             p.wait()
         raise
+    finally:
+        for job in held:
+            unlock_dir(job.folder, job_lock(job))
 
 
 # ----------------------------------------------------------------------------- records

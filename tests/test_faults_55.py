@@ -3,8 +3,10 @@ the fix: a traceback, a silently wrong result, or a user's line deleted."""
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ import export_hf
 import finetune_glue as fg
 import sample
 import study_glue
+from lib import jobs
 from lib.checkpoint import load_checkpoint
 from lib.device import set_up
 from model import Bert, BertConfig
@@ -276,3 +279,28 @@ def test_2_a_base_config_without_max_iters_is_one_line(tmp_path):
     p = subprocess.run([sys.executable, "study_glue.py", f"--base={tmp_path / 'base.py'}", "--train=False",
                         "--summary=", "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
     one_line_error(p, f"study_glue: {tmp_path / 'base.py'}: max_iters is missing: set it in {tmp_path / 'base.py'}")
+
+
+# ---- 6: a study's job is its launcher's for the job's life: two studies on the same folders never run it twice ------
+def test_6_two_launchers_on_the_same_folders_run_a_job_once(tmp_path, capsys):
+    ran, folder, script = tmp_path / "ran", tmp_path / "job", tmp_path / "job.py"
+    script.write_text(f"import sys, time\nopen({str(ran)!r}, 'a').write('ran\\n')\ntry:\n    time.sleep(20)\n"
+                      "except KeyboardInterrupt:\n    sys.exit(130)\n")
+    job = f"jobs.Job('job', {str(folder)!r}, 'log.txt', [{str(script)!r}], lambda: 'recorded')"
+    first = subprocess.Popen([sys.executable, "-c", f"from lib import jobs; jobs.run_jobs([{job}], 1, 1, 'first')"],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not ran.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        with pytest.raises(SystemExit, match=r"job is in use by first.py, job \(pid"):  # while the first runs it
+            jobs.run_jobs([jobs.Job("job", str(folder), "log.txt", [str(script)], lambda: "recorded")], 1, 1, "second")
+        assert ran.read_text() == "ran\n"  # once
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    record = tmp_path / "record"
+    record.write_text("as if the first had finished it")  # a launcher that planned it before, started after
+    jobs.run_jobs([jobs.Job("job", str(folder), "log.txt", [str(script)], lambda: "recorded", recorded=record.exists)],
+                  1, 1, "third")
+    assert ran.read_text() == "ran\n" and "job: recorded meanwhile (another third), skipped" in capsys.readouterr().out
