@@ -97,6 +97,15 @@ def job_done(kind, cmd, rec):
     want = [f'--{k}={v}' for k, v in r['request'].items()]
     if sorted(want) != sorted(a for a in cmd if not a.startswith(('--init_from', '--benchmark', '--out_dir'))):
         raise SystemExit(f"study_glue: {rec} was made with other settings ({' '.join(want)}): move it away")
+    # the pre-training run it fine-tuned, trained again since (another run id): these results are another model's
+    # (records made before run ids name none: not checked)
+    pre = rec.rsplit('.', 2)[0] + '.jsonl'
+    head = (read_record(pre, 'study_glue') or [{}])[0]
+    named = [r.get('protocol', {}).get('pretrained', {})] + [x.get('pretrained', {}) for x in r.get('records', [])]
+    others = {p.get('run_id') for p in named} - {None, head.get('run_id')}
+    if head.get('run_id') and others:
+        raise SystemExit(f"study_glue: {rec} holds results of another pre-training run (run {', '.join(others)}) "
+                         f"than {pre} (run {head['run_id']}): move it away")
     return True
 
 
@@ -121,7 +130,8 @@ def write_glue_record(kind, cmd, run, rec):
         res = {'runs': res['runs'], 'protocol': {k: v for k, v in res['protocol'].items()
                                                  if k not in ('init_from', 'data_dir')}}
     else:
-        res = {'records': [{k: r[k] for k in ('step', 'score', 'numbers')} for r in res['records']],
+        res = {'records': [{k: r[k] for k in ('step', 'score', 'numbers', 'pretrained') if k in r}
+                           for r in res['records']],
                'step_95': res['step_95'], 'final_score': res['final_score']}
     write_json(rec, {**head, **res})
 

@@ -111,15 +111,19 @@ KINDS = {'a finite number': lambda v: type(v) in (int, float) and math.isfinite(
          'a step (a whole number >= 0)': lambda v: type(v) is int and v >= 0,
          'a step or null': lambda v: v is None or type(v) is int and v >= 0,
          'a whole number >= 1': lambda v: type(v) is int and v >= 1,
-         'a string': lambda v: isinstance(v, str), 'an object': lambda v: isinstance(v, dict),
+         'a string': lambda v: isinstance(v, str), 'a string or null': lambda v: v is None or isinstance(v, str),
+         'an object': lambda v: isinstance(v, dict),
          '"config"': lambda v: v == 'config', '"eval"': lambda v: v == 'eval'}
 NUMBER, STEP = 'a finite number', 'a step (a whole number >= 0)'
-RECORD_HEAD = {'type': '"config"', 'config': 'an object', 'unigram_loss': NUMBER}  # a pre-training record's line 1
+RECORD_HEAD = {'type': '"config"', 'config': 'an object', 'unigram_loss': NUMBER,  # a pre-training record's line 1
+               'run_id?': 'a string or null'}
+NAMED = {'pretrained?': {'run_id?': 'a string or null'}}  # the model fine-tuned (finetune_glue.py: model_id)
 EVAL = {'type': '"eval"', 'step': STEP, 'loss': NUMBER, 'accuracy': NUMBER,  # and each line after it
         'attn_entropy?': [NUMBER]}
-GLUE_RECORD = {'request': {'*': 'a string'}, 'runs': {'*': {'*': {'dev': {'*': {'score': NUMBER}}}}}}
+GLUE_RECORD = {'request': {'*': 'a string'}, 'protocol?': NAMED,
+               'runs': {'*': {'*': {'dev': {'*': {'score': NUMBER}}}}}}
 BENCHMARK_RECORD = {'request': {'*': 'a string'}, 'step_95': 'a step or null', 'final_score': NUMBER,
-                    'records': [{'step': STEP, 'score': NUMBER, 'numbers': {'*': NUMBER}}]}
+                    'records': [{'step': STEP, 'score': NUMBER, 'numbers': {'*': NUMBER}} | NAMED]}
 STEP_TIMES = {'ms_per_step': {'*': 'a number > 0'}}  # bench.py --json
 BASE_CONFIG = {k: 'a whole number >= 1' for k in ('max_iters', 'block_size', 'batch_size', 'eval_iters',
                                                   'eval_interval')} | {'dataset': 'a string'}
@@ -225,8 +229,10 @@ def read_record(path, who='study'):
 
 def write_record(path, run, command, u):
     """The run's settings and its eval records (from out_dir/log.jsonl) as the committed record."""
-    settings = load_checkpoint(os.path.join(run, 'ckpt.pt'))['config']
-    head = {'type': 'config', 'config': settings, 'unigram_loss': u, 'command': command, 'torch': torch.__version__,
+    ck = load_checkpoint(os.path.join(run, 'ckpt.pt'))
+    settings = ck['config']
+    head = {'type': 'config', 'config': settings, 'run_id': ck.get('run_id'), 'unigram_loss': u, 'command': command,
+            'torch': torch.__version__,
             'machine': f"{platform.machine()}, {os.cpu_count()} cores", 'cpu': cpu_name(), 'commit': code_commit(),
             'date': datetime.date.today().isoformat()}
     lines = [json.dumps(head)] + [json.dumps({k: round(v, 4) if isinstance(v, float) and k != 'loss' else  # loss

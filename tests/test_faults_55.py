@@ -281,6 +281,23 @@ def test_2_a_base_config_without_max_iters_is_one_line(tmp_path):
     one_line_error(p, f"study_glue: {tmp_path / 'base.py'}: max_iters is missing: set it in {tmp_path / 'base.py'}")
 
 
+def test_1_a_study_glue_record_of_another_pre_training_run_is_not_reused(tmp_path, monkeypatch):
+    """The pre-training run was trained again (its record moved away, a new run id): the GLUE record of the earlier
+    run is not its result."""
+    rec = tmp_path / "rec"
+    shutil.copytree(os.path.join(ROOT, "assets", "study_glue"), rec)
+    edit_line(1, setting("run_id", value="new run"))(rec / "original_s3.jsonl")
+    edit_json(setting("protocol", "pretrained", value={"run_id": "old run", "step": 2000, "weights": "0f"}))(
+        rec / "original_s3.glue.json")
+    for key, value in dict(records=str(rec), train=False, summary="", figures="").items():
+        monkeypatch.setattr(study_glue, key, value)
+    with pytest.raises(SystemExit, match=r"original_s3.glue.json holds results of another pre-training run \(run old "
+                                         r"run\) than .*original_s3.jsonl \(run new run\): move it away"):
+        study_glue.main()
+    edit_json(setting("protocol", "pretrained", "run_id", value="new run"))(rec / "original_s3.glue.json")
+    study_glue.main()  # its own run's: a result
+
+
 # ---- 6: a study's job is its launcher's for the job's life: two studies on the same folders never run it twice ------
 def test_6_two_launchers_on_the_same_folders_run_a_job_once(tmp_path, capsys):
     ran, folder, script = tmp_path / "ran", tmp_path / "job", tmp_path / "job.py"
