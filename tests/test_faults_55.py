@@ -11,12 +11,13 @@ import time
 import pytest
 import torch
 
+import configurator
 import export_hf
 import finetune_glue as fg
 import sample
 import study_glue
 from lib import jobs
-from lib.checkpoint import load_checkpoint
+from lib.checkpoint import load_checkpoint, model_id
 from lib.device import set_up
 from model import Bert, BertConfig
 from conftest import ROOT, run_script
@@ -64,8 +65,15 @@ SMALL_BENCH = ["--attention_types=original", "--modes=eager", "--hf_modes=", "--
     ("bench.py", SMALL_BENCH + ["--latency=1x"], "latency must be a comma list of batch x sequence shapes"),
     ("bench.py", SMALL_BENCH + ["--latency=0x128"], "latency must be a comma list of batch x sequence shapes"),
     ("bench.py", SMALL_BENCH + ["--mask_prob=0.01"], "mask_prob 0.01 predicts no position of a 32-token sequence")])
-def test_4_settings_that_make_the_work_meaningless_are_refused(script, args, msg):
-    one_line_error(run_script(script, "--device=cpu", *args), msg)
+def test_4_settings_that_make_the_work_meaningless_are_refused(script, args, msg, monkeypatch):
+    import bench  # here: it is a script, its globals set per test
+    mod = {"finetune_glue.py": fg, "bench.py": bench}[script]
+    config = configurator.configure(dict(vars(mod)), argv=["--device=cpu", *args])  # as the script's start does
+    for key, value in config.items():
+        monkeypatch.setattr(mod, key, value)
+    with pytest.raises(SystemExit) as e:
+        fg.make_settings(config) if mod is fg else bench.main()  # a traceback, or timings of nothing, before
+    assert msg in str(e.value) and "\n" not in str(e.value)
 
 
 def test_4_an_input_too_short_for_a_pair_is_never_made():
@@ -107,9 +115,8 @@ def test_3_ctrl_c_during_an_export_is_one_line_and_leaves_no_half_file(tmp_path)
     args = [f"--init_from={save_ckpt(tmp_path / 'ckpt.pt')}", f"--out_dir={tmp_path / 'hf'}"]
     p = interrupted("export_hf.py", args, "lib.files.atomic_write")  # after the first file
     one_line_stop(p, "export_hf: interrupted by signal 2; no file was left half-written")
-    assert not [n for n in os.listdir(tmp_path / "hf") if ".tmp." in n or n == "config.json"]
-    assert run_script("export_hf.py", *args, "--overwrite=True").returncode == 0
-    assert (tmp_path / "hf" / "config.json").exists()
+    assert os.listdir(tmp_path / "hf") and not [n for n in os.listdir(tmp_path / "hf") if ".tmp." in n or
+                                                n == "config.json"]  # whole files, and visibly unfinished
 
 
 # ---- 5: what a record says is what ran ----------------------------------------------------------------------------
@@ -164,35 +171,19 @@ def test_5_the_untrained_model_is_the_runs_own_after_a_resume_with_another_seed(
 def test_1_results_are_of_a_model_not_of_a_path(tmp_path):
     synthetic(tmp_path / "glue", 64, 32)
     ckpt, out = tmp_path / "ckpt.pt", tmp_path / "out"
-    args = [f"--init_from={ckpt}", f"--data_dir={tmp_path / 'glue'}", "--tasks=rte", "--seeds=1", "--epochs=1",
-            f"--out_dir={out}"]
+    args = [f"--data_dir={tmp_path / 'glue'}", "--tasks=rte", "--seeds=1", "--epochs=1", f"--out_dir={out}"]
     save_ckpt(ckpt, seed=1)
-    assert run_glue(*args).returncode == 0
-    shutil.copy(ckpt, tmp_path / "copy.pt")  # the same model elsewhere: its results are the same model's
-    p = run_glue(*args[1:], f"--init_from={tmp_path / 'copy.pt'}")
-    assert p.returncode == 0 and "rte seed 1: done already" in p.stdout, p.stderr[-2000:]
+    assert run_glue(f"--init_from={ckpt}", *args).returncode == 0  # without its classifier
+    shutil.copy(ckpt, tmp_path / "copy.pt")  # the same model elsewhere: its results are the same model's; the pair
+    p = run_glue(f"--init_from={tmp_path / 'copy.pt'}", *args, "--save_models=True")  # was done, but its classifier
+    assert p.returncode == 0 and "its classifier was not kept: fine-tuned again" in p.stdout, p.stderr[-2000:]
+    named = json.loads((out / "glue_results.json").read_text())["protocol"]["pretrained"]
+    assert torch.load(out / "rte_s1.pt", weights_only=True)["pretrained"] == named == model_id(torch.load(ckpt))
     first = (out / "glue_results.json").read_text()
     save_ckpt(ckpt, seed=2)  # another model retrained at the same path, at the same step
-    one_line_error(run_glue(*args), f"glue_results.json holds the results of another model (run (no id) at step 0")
+    one_line_error(run_glue(f"--init_from={ckpt}", *args), "glue_results.json holds the results of another model "
+                                                         "(run (no id) at step 0")
     assert (out / "glue_results.json").read_text() == first  # the first model's results, left as they are
-    p = run_glue(*args, f"--out_dir={tmp_path / 'new'}")  # its own folder: its own results
-    assert p.returncode == 0 and "done already" not in p.stdout
-    named = [json.loads((d / "glue_results.json").read_text())["protocol"]["pretrained"]
-             for d in (out, tmp_path / "new")]
-    assert named[0]["weights"] != named[1]["weights"] and named[0]["step"] == named[1]["step"] == 0
-
-
-def test_1_save_models_keeps_a_classifier_for_every_pair_it_reports(tmp_path):
-    synthetic(tmp_path / "glue", 64, 32)
-    out = tmp_path / "out"
-    args = [f"--init_from={save_ckpt(tmp_path / 'ckpt.pt')}", f"--data_dir={tmp_path / 'glue'}", "--tasks=rte",
-            "--seeds=1", "--epochs=1", f"--out_dir={out}"]
-    assert run_glue(*args).returncode == 0  # without its classifier
-    p = run_glue(*args, "--save_models=True")  # the pair was done, but nothing to export: it is run again
-    assert p.returncode == 0 and "its classifier was not kept: fine-tuned again" in p.stdout, p.stderr[-2000:]
-    kept = torch.load(out / "rte_s1.pt", weights_only=True)
-    assert kept["pretrained"] == json.loads((out / "glue_results.json").read_text())["protocol"]["pretrained"]
-    assert "done already, skipped" in run_glue(*args, "--save_models=True").stdout
 
 
 def test_1_a_benchmark_step_of_another_model_is_refused_before_any_compute(tmp_path):
