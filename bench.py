@@ -16,7 +16,10 @@ matmul's speed ("of the peak"), and the speed of the step's own matrix multiplic
 shapes, strides and precision as the profiler recorded them in one step ("of its matmuls"): what a step made of
 nothing else would reach. On an AVX-512 CPU the two are close; with AMX, small matmuls run far below a large one.
 """
+if __name__ == "__main__":  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import math
+import re
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity
 
-from lib.dataloader import mask_tokens
+from lib.dataloader import mask_tokens, n_masked
 from lib.device import autocast, gpu_peak_flops, resolve_dtype, set_up
 from lib.files import write_json
 from lib.step import compile_model
@@ -367,6 +370,15 @@ def main():
     if min(batch_size, block_size, warmup, steps, repeats) < 1 or not 0 < mask_prob < 1 or matmul_size < 0:
         raise SystemExit("bench: batch_size, block_size, warmup, steps and repeats must be >= 1, mask_prob in (0, 1), "
                          "matmul_size >= 0")
+    n = r"[1-9]\d*"  # shapes and lengths that would time nothing, or break mid-run, are refused now
+    if latency and not re.fullmatch(rf"{n}x{n}(,{n}x{n})*", latency) or seq_lens and not re.fullmatch(rf"{n}(,{n})*",
+                                                                                                      seq_lens):
+        raise SystemExit(f"bench: latency must be a comma list of batch x sequence shapes such as 1x128,32x512, and "
+                         f"seq_lens a comma list of lengths such as 256,1024; got {latency!r} and {seq_lens!r}")
+    short = min([block_size] + ([int(t) for t in seq_lens.split(",")] if seq_lens and not latency else []))
+    if not latency and n_masked(mask_prob, short) < 1:
+        raise SystemExit(f"bench: mask_prob {mask_prob} predicts no position of a {short}-token sequence (the MLM "
+                         f"head would run on nothing): raise it above {0.5 / short:.3g}")
     torch._dynamo.config.recompile_limit = 64  # every model here is one more compile of Bert.forward (default 8)
     if profile and device_type == "cpu":  # each kernel that torch.compile fuses shows in the profile by name
         from torch._inductor import config as inductor_config
@@ -407,4 +419,5 @@ if __name__ == "__main__":
     from configurator import configure
 
     configure(globals())
-    main()
+    with interrupt.stops_cleanly("bench", "nothing was written (--json is written at the end)"):
+        main()

@@ -19,6 +19,8 @@ and [CLS] a [SEP] (b [SEP]) around the text, with token types, as prepare_oscar.
 their inputs, and README.md, the model card: what the model is, how it was trained and exported, its eval loss and
 MLM accuracy, and what it cannot do. Needs only torch (transformers is needed to load the result).
 """
+if __name__ == "__main__":  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import json
 import os
 from functools import lru_cache
@@ -157,6 +159,24 @@ def eval_accuracy(ck, source):
     return None
 
 
+def schedule(c, step, spent):
+    """The learning rate as the run had it (lib/step.py): by steps, or under a budget (max_minutes) by the fraction of
+    it spent, which ends the decay where the budget ran out, not at max_iters."""
+    lr, warmup, total, minutes = c.get("learning_rate", "?"), c.get("warmup_iters", 0), c.get("max_iters", 0), \
+        c.get("max_minutes", 0)
+    decay = c.get("decay_lr", True)
+    if not minutes:
+        return f"AdamW at lr {lr} after {warmup} warm-up steps, " + (f"then linear decay to 0 at step {total:,}" if decay
+                                                                    else "then constant")
+    ran_out = spent >= 60 * minutes
+    end = (f"then linear decay to 0, reached as the budget ran out at step {step:,}" if ran_out else
+           f"then linear decay to 0 as the budget runs out (or at step {total:,}, if sooner)") if decay else \
+        "then constant" + (f" until the budget ran out at step {step:,}" if ran_out else "")
+    return (f"AdamW at lr {lr} on a budget of {minutes:g} minutes of training steps, its schedule following the "
+            f"fraction of the budget spent (or of {total:,} steps, if further): warm-up over the first "
+            f"{warmup / max(total, 1):.1%}, {end}")
+
+
 def model_card(ck, weights, source=None, out=None):
     """README.md of the exported folder, as the Hugging Face Hub reads it: YAML metadata, then what the model is, how
     it was trained (from the checkpoint's own settings), its last eval, how it was exported and what it cannot do."""
@@ -183,13 +203,13 @@ def model_card(ck, weights, source=None, out=None):
     else:
         if c:
             seqs, data = c.get("batch_size", 0) * c.get("gradient_accumulation_steps", 0), c.get("dataset", "?")
-            schedule = (f"then linear decay to 0 at step {c.get('max_iters', 0):,}" if c.get("decay_lr", True)
-                        else "then constant")
             rows += [("data", f"`{data}`: {CORPORA.get(data, 'a prepare_oscar.py dataset')}; blocks of "
                               f"{cfg.block_size} tokens, {c.get('mask_prob', 0.15):.0%} of each block's tokens masked"),
                      ("training", f"{step:,} steps of {seqs} sequences ({step * seqs * cfg.block_size:,} tokens), "
-                                  f"AdamW at lr {c.get('learning_rate', '?')} after {c.get('warmup_iters', '?')} "
-                                  f"warm-up steps, {schedule}; {c.get('dtype', '?')}, seed {c.get('seed', '?')}")]
+                                  f"{schedule(c, step, ck.get('spent', 0.0))}; {c.get('dtype', '?')}, seed "
+                                  f"{ck.get('init_seed', c.get('seed', '?'))}"
+                                  + (f" (resumed with seed {c['seed']})" if ck.get("init_seed", c.get("seed")) !=
+                                     c.get("seed") else ""))]
         else:
             rows.append(("training", f"{step:,} steps (the checkpoint holds no training settings)"))
         loss, acc = ck.get("eval_loss"), eval_accuracy(ck, source)
@@ -324,4 +344,6 @@ if __name__ == "__main__":
     from configurator import configure
 
     configure(globals())
-    main()
+    with interrupt.stops_cleanly("export_hf", "no file was left half-written; a folder without config.json (written "
+                                              "last) is unfinished: run the same command with --overwrite=True"):
+        main()

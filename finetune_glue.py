@@ -12,6 +12,8 @@ rte accuracy; mrpc, qqp mean(F1, accuracy); stsb mean(Pearson, Spearman); mnli a
 mismatched. GLUE score = plain mean of those 9 numbers, per seed; mean and std over seeds are reported.
 <out_dir>/glue_results.json is rewritten after every (task, seed), so a re-run skips the finished pairs.
 """
+if __name__ == '__main__':  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import glob
 import math
 import os
@@ -28,7 +30,7 @@ import torch
 from tqdm import tqdm
 
 from configurator import check, configure, oneline
-from lib.checkpoint import Unreadable, load_checkpoint, save_checkpoint
+from lib.checkpoint import Unreadable, describe, load_checkpoint, model_id, save_checkpoint
 from lib.device import set_up
 from lib.files import locked, read_json, write_json
 from lib.step import optimizer_step, schedule
@@ -246,6 +248,11 @@ def load_task(task, data_dir):
             for k, s in splits.items()}
 
 
+def shortest(pair):
+    """The shortest input worth the name: [CLS] a [SEP] (b [SEP]) with one token of each sentence."""
+    return 5 if pair else 3
+
+
 def encode(rows, max_len):
     """[CLS] a [SEP] (b [SEP]), longest-first truncation to max_len. Returns the token arrays, the length of
     the first segment [CLS] a [SEP] (token type 0, the rest is type 1), the lengths and the labels."""
@@ -254,6 +261,9 @@ def encode(rows, max_len):
     A = enc.encode_ordinary_batch([r[0].strip() for r in rows])
     B = enc.encode_ordinary_batch([r[1].strip() for r in rows]) if pair else [[]] * len(rows)
     budget = max_len - (3 if pair else 2)
+    if max_len < shortest(pair):  # the cut below would go negative, and slices from the end make inputs longer
+        raise SystemExit(f"finetune_glue: max_seq_len {max_len} holds no {'pair' if pair else 'sentence'}: at least "
+                         f"{shortest(pair)} ([CLS] a [SEP]{' b [SEP]' if pair else ''}, a token of each)")
     tok, first = [], []
     for a, b in zip(A, B):
         la, lb = len(a), len(b)
@@ -291,19 +301,20 @@ def batch(d, idx, device='cpu'):
 
 
 def load_pretrained(path, max_seq_len=0):
-    """(BertConfig, Bert state dict, iter_num) of a train.py checkpoint (full or snapshot), checked."""
+    """(BertConfig, Bert state dict, iter_num, model_id: what its results name) of a train.py checkpoint (full or
+    snapshot), checked."""
     ck = load_checkpoint(path)
     cfg = BertConfig(**ck['model_args'])
     if max_seq_len > cfg.block_size:
         raise SystemExit(f"finetune_glue: max_seq_len {max_seq_len} > the model's block_size {cfg.block_size}")
-    return cfg, ck['model'], int(ck['iter_num'])
+    return cfg, ck['model'], int(ck['iter_num']), model_id(ck)
 
 
-def finetune(task, data, seed, model_config, weights, settings, keep=None, iter_num=0):
+def finetune(task, data, seed, model_config, weights, settings, keep=None, iter_num=0, pretrained=None):
     """Fine-tune a fresh classifier, its encoder the pre-trained one (model_config, a BertConfig, and weights, its
     state dict), on data['train'] with the protocol of settings; returns the dev metrics. With keep, a path, the
-    fine-tuned classifier is saved there with iter_num, the pre-training step (export_hf.py turns it into a
-    BertForSequenceClassification)."""
+    fine-tuned classifier is saved there with iter_num, the pre-training step, and pretrained, the pre-trained
+    model's model_id (export_hf.py turns it into a BertForSequenceClassification)."""
     torch.manual_seed(seed)  # the new pooler and classifier, dropout
     rng = np.random.default_rng(seed)  # batch order
     num_labels = 1 if task == 'stsb' else len(TASKS[task].labels)
@@ -361,7 +372,7 @@ def finetune(task, data, seed, model_config, weights, settings, keep=None, iter_
     if keep:
         save_checkpoint({'model': model.state_dict(), 'model_args': vars(model_config), 'iter_num': iter_num,
                          'task': task, 'seed': seed, 'num_labels': model.num_labels, 'labels': TASKS[task].labels,
-                         'dev': result['dev']}, keep)
+                         'dev': result['dev'], 'pretrained': pretrained}, keep)
     return result
 
 # ----------------------------------------------------------------------------- results
@@ -406,35 +417,59 @@ def damaged(runs):
     return None
 
 
+def protocol_of(settings, ckpt_path, pretrained):
+    """What the results of a checkpoint under these settings are: the protocol's settings, and the model they came
+    from (model_id: its run id, step and weights), never the path it was read from (recorded, not compared)."""
+    return {**{k: getattr(settings, k) for k in PROTOCOL}, 'schedule': SCHEDULE, 'optimizer': OPTIMIZER,
+            'data_dir': settings.data_dir and os.path.abspath(settings.data_dir), 'pretrained': pretrained,
+            'init_from': os.path.abspath(ckpt_path), 'iter_num': pretrained['step']}
+
+
+def earlier_results(path, ckpt_path, protocol):
+    """The results in path (a glue_results.json), to go on from: refused in one line, and left as they are, when
+    they are damaged, of another model than ckpt_path's (a model retrained at the same path, say), or of other
+    settings. None when there are none."""
+    if not os.path.exists(path):
+        return None
+    res = read_json(path, 'GLUE results')
+    if not isinstance(res, dict) or not all(isinstance(res.get(k), dict) for k in ('protocol', 'runs')):
+        raise SystemExit(f"finetune_glue: {path} is not a glue_results.json of this script; it was left as it "
+                         "is: choose another out_dir")
+    if bad := damaged(res['runs']):  # a hand-edited entry: named now, never a TypeError later
+        raise SystemExit(f"finetune_glue: {path}: the result of {bad} is damaged (edited by hand?); the file "
+                         "was left as it is: delete that entry to run it again")
+    if (old := res['protocol'].get('pretrained')) != protocol['pretrained']:
+        raise SystemExit(f"finetune_glue: {path} holds the results of another model ({describe(old)}), not of "
+                         f"{ckpt_path} ({describe(protocol['pretrained'])}); it was left as it is: use another "
+                         "out_dir for this model, or move that file away")
+    if diff := [k for k in protocol if k != 'init_from' and res['protocol'].get(k) != protocol[k]]:
+        raise SystemExit(f"finetune_glue: {path} holds results of other settings ({', '.join(diff)} differ); "
+                         "use another out_dir or delete that file")
+    return res
+
+
 def table3(ckpt_path, out, settings):
     """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json, then its Table-3 row."""
-    model_config, weights, iter_num = load_pretrained(ckpt_path, settings.max_seq_len)
+    model_config, weights, iter_num, pretrained = load_pretrained(ckpt_path, settings.max_seq_len)
     path = os.path.join(out, 'glue_results.json')
-    protocol = {**{k: getattr(settings, k) for k in PROTOCOL}, 'schedule': SCHEDULE, 'optimizer': OPTIMIZER,
-                'data_dir': settings.data_dir and os.path.abspath(settings.data_dir),
-                'init_from': os.path.abspath(ckpt_path), 'iter_num': iter_num}
+    protocol = protocol_of(settings, ckpt_path, pretrained)
     res = {'model': f"{model_config.attention_type} {model_config.n_layer}L/{model_config.n_embd}H step {iter_num}",
            'protocol': protocol, 'runs': {}}
     with locked(out, 'finetune_glue.py'):  # one writer per results folder
-        if os.path.exists(path):  # resume, but never mix results of different settings in one file
-            res = read_json(path, 'GLUE results')
-            if not isinstance(res, dict) or not all(isinstance(res.get(k), dict) for k in ('protocol', 'runs')):
-                raise SystemExit(f"finetune_glue: {path} is not a glue_results.json of this script; it was left as it "
-                                 "is: choose another out_dir")
-            if bad := damaged(res['runs']):  # a hand-edited entry: named now, never a TypeError later
-                raise SystemExit(f"finetune_glue: {path}: the result of {bad} is damaged (edited by hand?); the file "
-                                 "was left as it is: delete that entry to run it again")
-            if diff := [k for k in protocol if res['protocol'].get(k) != protocol[k]]:
-                raise SystemExit(f"finetune_glue: {path} holds results of other settings ({', '.join(diff)} differ); "
-                                 "use another out_dir or delete that file")
+        res = earlier_results(path, ckpt_path, protocol) or res  # never mixed with another model's or settings'
+        res['protocol']['init_from'] = protocol['init_from']  # where it was read this time
         for task in settings.task_list:
             for seed in map(str, settings.seed_list):
-                if seed in res['runs'].get(task, {}):
+                keep = os.path.join(out, f"{task}_s{seed}.pt") if settings.save_models else None
+                if seed in res['runs'].get(task, {}) and not (keep and not os.path.exists(keep)):
                     print(f"{task} seed {seed}: done already, skipped")
                     continue
-                keep = os.path.join(out, f"{task}_s{seed}.pt") if settings.save_models else None
+                if seed in res['runs'].get(task, {}):
+                    print(f"{task} seed {seed}: done already, but its classifier was not kept: fine-tuned again to "
+                          f"keep it (--save_models=True), its result replaced")
                 data = task_data(task, settings.data_dir, settings.max_seq_len, settings.max_train_samples)
-                r = finetune(task, data, int(seed), model_config, weights, settings, keep=keep, iter_num=iter_num)
+                r = finetune(task, data, int(seed), model_config, weights, settings, keep=keep, iter_num=iter_num,
+                             pretrained=pretrained)
                 res['runs'].setdefault(task, {})[seed] = r
                 print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
                       + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")
@@ -460,6 +495,13 @@ def run_benchmark(run_dir, settings):
             final_step, _ = -1, skipped.append(str(e))
         if final_step > (snaps[-1][0] if snaps else -1):
             snaps.append((final_step, final))
+        for step, path in snaps:  # before any compute: a step's results of another model are refused, not reused
+            earlier = os.path.join(settings.out_dir, f"step_{step:07d}", 'glue_results.json')
+            try:
+                if os.path.exists(earlier):
+                    earlier_results(earlier, path, protocol_of(settings, path, load_pretrained(path)[3]))
+            except Unreadable:
+                pass  # named and skipped below
         records = []
         for step, path in snaps:
             try:  # an unreadable snapshot is named and skipped: the others are still scored
@@ -468,7 +510,8 @@ def run_benchmark(run_dir, settings):
                 print(f"skipped: {e}", flush=True)
                 skipped.append(str(e))
                 continue
-            records.append({'step': step, 'checkpoint': path, 'score': g['glue'].get('mean'),
+            records.append({'step': step, 'checkpoint': path, 'pretrained': g['protocol']['pretrained'],
+                            'score': g['glue'].get('mean'),
                             'std': g['glue'].get('std'), 'complete': g['glue']['complete'],
                             'numbers': {n: v['mean'] for n, v in g['numbers'].items()}})
         if not records:
@@ -501,6 +544,9 @@ def make_settings(config):
            and 0 <= c.warmup_ratio <= 1 and min(c.weight_decay, c.grad_clip, c.max_train_samples) >= 0,
            "epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be >= 1, learning_rate > 0, "
            "warmup_ratio in [0, 1], weight_decay, grad_clip and max_train_samples >= 0"),
+          (c.max_seq_len >= max(shortest(t in TASKS and TASKS[t].cols[1] is not None) for t in task_list),
+           f"max_seq_len must hold [CLS] a [SEP] b [SEP] with a token of each sentence: at least 5 (3 for cola and "
+           f"sst2 alone); got {c.max_seq_len}"),
           (c.benchmark or c.init_from, "set --init_from=<checkpoint> or --benchmark=<train.py out_dir>"))
     seed_list = [int(x) for x in c.seeds.split(',')]
     missing = [p for t in task_list for p in tsv_files(t, c.data_dir).values() if c.data_dir and not os.path.isfile(p)]
@@ -514,7 +560,9 @@ def make_settings(config):
 
 if __name__ == '__main__':  # a script; the tests import its functions
     settings = make_settings(configure(globals()))
-    if settings.benchmark:
-        run_benchmark(settings.benchmark, settings)
-    else:
-        table3(settings.init_from, settings.out_dir, settings)
+    with interrupt.stops_cleanly('finetune_glue', f"the results finished so far are kept in {settings.out_dir}: the "
+                                                  "same command goes on from them"):
+        if settings.benchmark:
+            run_benchmark(settings.benchmark, settings)
+        else:
+            table3(settings.init_from, settings.out_dir, settings)

@@ -11,12 +11,16 @@ Figures from this project's logs. matplotlib is an optional extra: pip install m
 Writes <out>_loss, <out>_diagnostics and <out>_glue (.png and .svg) and prints Markdown tables; by default
 <out> is plot_ in the folder that holds the runs (e.g. out/plot_loss.png).
 """
+if __name__ == "__main__":  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import json
 import math
 import os
 from collections import defaultdict
 
 import numpy as np
+
+from lib.files import atomic_write
 
 
 # -----------------------------------------------------------------------------
@@ -110,12 +114,11 @@ def save(fig, path):
     import matplotlib
 
     fig.tight_layout()
-    try:  # the same figure gives the same files: no date, fixed SVG ids (a rebuilt figure shows no false diff)
-        with matplotlib.rc_context({"svg.hashsalt": "symmetric-bert"}):
-            for ext in ("png", "svg"):
-                fig.savefig(f"{path}.{ext}", metadata={"Date": None})
-    except OSError as e:
-        raise SystemExit(f"plot: cannot write {path}.{ext} ({e.strerror or e}): choose another --out")
+    # the same figure gives the same files: no date, fixed SVG ids (a rebuilt figure shows no false diff); each file
+    # whole or not at all (a Ctrl-C, a full disk: one line)
+    with matplotlib.rc_context({"svg.hashsalt": "symmetric-bert"}):
+        for ext in ("png", "svg"):
+            atomic_write(f"{path}.{ext}", lambda f: fig.savefig(f, format=ext, metadata={"Date": None}))
     print(f"wrote {path}.png and {path}.svg")
 
 
@@ -240,4 +243,5 @@ def main(runs, benchmarks, labels, threshold, out):
 if __name__ == "__main__":
     from configurator import configure
 
-    main(**configure(globals()))
+    with interrupt.stops_cleanly("plot", "the figures written so far are whole"):
+        main(**configure(globals()))

@@ -15,6 +15,8 @@ block size, blocks and tokens per split, and documents kept/dropped per rule, so
 
 Records with OSCAR's "metadata" object go through the paper's Appendix A filters; anything else is kept.
 """
+if __name__ == "__main__":  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import ast
 import codecs
 import glob
@@ -28,6 +30,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sysconfig
 import tarfile
@@ -135,7 +138,7 @@ def in_order(items, n, text_field):
     if n <= 1:
         yield from (tokenize_chunk(c, text_field) for c in chunks)
         return
-    with Pool(n) as pool:
+    with Pool(n, signal.signal, (signal.SIGINT, signal.SIG_IGN)) as pool:  # a Ctrl-C is the main process's alone
         pending = deque()
         for c in chunks:
             pending.append(pool.apply_async(tokenize_chunk, (c, text_field)))
@@ -493,7 +496,5 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
 
 
 if __name__ == "__main__":
-    try:
+    with interrupt.stops_cleanly("prepare_oscar", "no dataset was written (one there before is as it was)"):
         prepare(**config)
-    except KeyboardInterrupt:
-        raise SystemExit("interrupted: no dataset was written")

@@ -6,9 +6,11 @@ Fill in [MASK] tokens with a trained model: a quick look at what it has learnt.
 
 Prints, for each [MASK], the top_k tokens with their probabilities, then the text with the most likely ones
 filled in. --untrained=True also prints what the same model guessed before training (train.py's step 0: the
-architecture initialised from the run's seed), to see what training changed. A [MASK] stands for one GPT-2 token, which carries its own leading space: " [MASK]" reads as
+architecture initialised from the seed the run started with), to see what training changed. A [MASK] stands for one GPT-2 token, which carries its own leading space: " [MASK]" reads as
 "[MASK]" (tokenizer.encode_with_specials).
 """
+if __name__ == '__main__':  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import torch
 
 from lib.checkpoint import load_checkpoint
@@ -49,10 +51,10 @@ def fill(model, text, top_k):
 
 def untrained_model(ck):
     """The run's model at step 0, before any update: train.py seeds torch with the run's seed, then builds the model
-    (one process, or rank 0 of several)."""
+    (one process, or rank 0 of several). The seed it started with: a resume may have set another (init_seed)."""
     if 'seed' not in ck.get('config', {}):
         raise SystemExit("sample: --untrained=True needs a train.py checkpoint (its settings hold the run's seed)")
-    torch.manual_seed(ck['config']['seed'])
+    torch.manual_seed(ck.get('init_seed', ck['config']['seed']))
     return Bert(BertConfig(**ck['model_args']))
 
 
@@ -84,4 +86,5 @@ if __name__ == '__main__':
 
     configure(globals())
     check_device(device)
-    main()
+    with interrupt.stops_cleanly('sample', 'nothing was written'):
+        main()

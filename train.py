@@ -8,9 +8,12 @@ Masked-LM pre-training of BERT with the original, symmetric or pairwise attentio
     python train.py --help                                    # every setting, with its default
 
 The defaults below are the paper's bert-base run. Data: data/<dataset>/{train,val}.bin + meta.json from
-prepare_oscar.py. Each micro-batch is drawn and masked from (seed, micro-batch index) alone (lib/dataloader.py), so a run is
-reproducible and resumable to the bit and does not depend on the number of processes. A run stopped by
-SIGTERM/SIGINT saves first, then exits with 128 + the signal number; any other failure exits 1 (lib/run.py).
+prepare_oscar.py. Each micro-batch is drawn and masked from (seed, micro-batch index) alone (lib/dataloader.py), so a
+run does not depend on the number of processes. On a CPU a run is reproducible and resumable to the bit: the same
+settings on the same machine, torch version and thread count log the same losses, compiled or eager, bf16 or
+float32 (lib/device.py: deterministic algorithms). Not on a GPU (some kernels add in a non-deterministic order), nor
+with max_minutes (its schedule follows the clock): docs/training.md. A run stopped by SIGTERM/SIGINT saves first,
+then exits with 128 + the signal number; any other failure exits 1 (lib/run.py).
 """
 from lib import interrupt  # noqa: F401  first: a Ctrl-C while torch loads is one line (lib/interrupt.py)
 import json

@@ -2,6 +2,7 @@
 Checkpoints, written whole (files.atomic_write) and read back checked: readable, a model that fits its model_args,
 finite weights, and for a resume the optimizer state. Every problem a user can cause is one line (SystemExit).
 """
+import hashlib
 import pickle
 import warnings
 
@@ -82,3 +83,23 @@ def load_checkpoint(path, resume=False):
         raise Unreadable(f"{path} is a model-only snapshot: it cannot be resumed (no optimizer state), but it can be "
                          "fine-tuned (finetune_glue.py --init_from=) or exported (export_hf.py --init_from=)")
     return ck
+
+
+def model_id(ck):
+    """What a result computed from the checkpoint ck names as its model: the run id and step it was saved with (None
+    before run ids) and a hash of its weights, which decides: the same weights copied elsewhere are the same model,
+    another model saved at the same path is not."""
+    h = hashlib.sha256()
+    for name in sorted(ck["model"]):
+        t = ck["model"][name].detach().cpu().contiguous()
+        h.update(f"{name} {t.dtype} {tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())
+    return {"run_id": ck.get("run_id"), "step": int(ck["iter_num"]), "weights": h.hexdigest()[:16]}
+
+
+def describe(model_id):
+    """A model_id in words, for a message."""
+    if not isinstance(model_id, dict):
+        return "a model it does not name (made before results named their model)"
+    return (f"run {model_id.get('run_id') or '(no id)'} at step {model_id.get('step')}, weights "
+            f"{model_id.get('weights')}")

@@ -73,7 +73,8 @@ def set_up_processes(device, gradient_accumulation_steps):
 
 
 def set_up(device, dtype, oom_hint=None):
-    """The device checked, the precision chosen, TF32 allowed for float32 matmuls on a GPU, and an out-of-memory
+    """The device checked, the precision chosen, deterministic algorithms on a CPU (two runs of the same settings give
+    the same numbers to the bit, compiled too), TF32 allowed for float32 matmuls on a GPU, and an out-of-memory
     error on the GPU made one line (oom_hint) if given: (device_type, dtype, why, autocast context, the GPU's
     datasheet peak FLOP/s in that precision or 0)."""
     device_type = check_device(device)
@@ -81,6 +82,10 @@ def set_up(device, dtype, oom_hint=None):
         torch.cuda.set_device(torch.device(device).index or 0)  # RNG states and the device name are this GPU's
     if device_type == "cpu":
         keep_freed_memory()
+        # bit-reproducible runs: a compiled step adds the embedding's gradient (a scatter) with atomic adds, in whatever
+        # order the threads come; in deterministic mode inductor calls ATen's ordered kernel instead
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False  # not needed for that, and it costs time
     dtype, why = resolve_dtype(dtype, device_type)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if oom_hint:

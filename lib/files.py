@@ -73,7 +73,7 @@ def alive(pid):
     return True
 
 
-_held = {}  # folder -> file descriptor of its lock, held until released or the process exits
+_held = {}  # lock file -> its file descriptor, held until released or the process exits
 _made = {}  # folder lock_dir created -> the topmost folder it created for it (out/ for out/run)
 
 
@@ -83,7 +83,7 @@ def _tidy():
     e.g. for missing data), goes again: no empty output folder is left behind."""
     for path, top in _made.items():
         try:
-            if path in _held and os.listdir(path) == [".lock"]:
+            if os.path.join(path, ".lock") in _held and os.listdir(path) == [".lock"]:
                 os.remove(os.path.join(path, ".lock"))
                 while True:  # the folder, then the parents made for it, while empty
                     os.rmdir(path)
@@ -94,21 +94,23 @@ def _tidy():
             pass
 
 
-def lock_dir(path, who):
+def lock_dir(path, who, name=".lock"):
     """Creates path if needed and holds it for this process: an exclusive flock on path/.lock, whose text names
     the holder. The operating system releases it when the process ends in any way, so the lock of a dead
-    process is free again. Another live holder: one line naming it."""
+    process is free again. Another live holder: one line naming it. Another name holds a part of the folder's work
+    (studies/jobs.py: one job of a study, whose own script then holds path/.lock)."""
     if not str(path).strip():  # an unset shell variable (--out_dir=$OUT): never the current folder
         raise SystemExit(f"{who.split()[0]}: the output folder is empty (an unset shell variable?): name one, "
                          "e.g. --out_dir=out/run")
-    if os.path.abspath(path) in _held:  # this process has it already
+    lock = os.path.abspath(os.path.join(path, name))
+    if lock in _held:  # this process has it already
         return
     made, top = None, os.path.abspath(path)
     while not os.path.isdir(top):  # the topmost folder makedirs will create
         made, top = top, os.path.dirname(top)
     try:
         os.makedirs(path, exist_ok=True)
-        fd = os.open(os.path.join(path, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise SystemExit(f"cannot use {path} as an output folder: {e.strerror}")
     try:
@@ -122,13 +124,13 @@ def lock_dir(path, who):
         os.write(fd, f"{who} (pid {os.getpid()} on {socket.gethostname()})\n".encode())
     except OSError:
         pass
-    _held[os.path.abspath(path)] = fd
+    _held[lock] = fd
     if made:
         _made[os.path.abspath(path)] = made
 
 
-def unlock_dir(path):
-    fd = _held.pop(os.path.abspath(path), None)
+def unlock_dir(path, name=".lock"):
+    fd = _held.pop(os.path.abspath(os.path.join(path, name)), None)
     if fd is not None:
         os.close(fd)
 

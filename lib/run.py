@@ -35,6 +35,13 @@ class Run:
             lock_dir(out_dir, who[:200])
         self.out_dir = os.path.abspath(out_dir)
         self.ckpt_path = os.path.join(self.out_dir, "ckpt.pt")
+        if self.master:  # a user's file or folder where the run keeps its own (a file named snapshots): one line
+            for name, folder in (("ckpt.pt", False), ("log.jsonl", False), ("snapshots", True)):
+                path = os.path.join(self.out_dir, name)
+                if os.path.exists(path) and os.path.isdir(path) != folder:
+                    raise SystemExit(f"train: {path} is a {'file' if folder else 'folder'}, where train.py keeps its "
+                                     f"{name}{'/ folder' if folder else ''}: move it away or choose another out_dir "
+                                     "(nothing was changed)")
         if self.master:  # the files this class writes, half-written by a killed run: nothing else
             remove_stale_temporaries(self.out_dir, (r"ckpt\.pt", r"log\.jsonl"))
             remove_stale_temporaries(os.path.join(self.out_dir, "snapshots"), (r"ckpt_\d+\.pt",))
@@ -47,6 +54,10 @@ class Run:
         # the run's identity, saved in every checkpoint and at the top of log.jsonl: a checkpoint of another run is
         # never resumed over this folder's log (an old checkpoint has none: a new one from here on)
         self.run_id = (self.ckpt or {}).get("run_id") or uuid.uuid4().hex[:16]  # a new run: a new id
+        # the seed its weights were initialised from, saved in every checkpoint: a resume may change config's seed
+        # (sample.py --untrained=True rebuilds the untrained model from this one)
+        self.init_seed = self.ckpt.get("init_seed", self.ckpt["config"].get("seed", config["seed"])) if self.ckpt \
+            else config["seed"]
         self.data = None  # the dataset's fingerprint (dataloader.fingerprint), given to restore
         self.last_good = self.ckpt_path if self.resumed else None  # named when a run must stop
         self.signals, self.log, self.rng = [], None, None
@@ -126,7 +137,7 @@ class Run:
         if not all_finite(self.model.parameters()):
             self.stop("the weights are not finite (NaN/inf)", state["iter_num"])
         ck = {"model": self.model.state_dict(), "model_args": self.model_args, "config": self.config,
-              "run_id": self.run_id, "data": self.data, **state}
+              "run_id": self.run_id, "init_seed": self.init_seed, "data": self.data, **state}
         if full:
             rng = {"cpu": torch.get_rng_state(),
                    "cuda": torch.cuda.get_rng_state() if self.device_type == "cuda" else None}
@@ -273,6 +284,16 @@ def open_run(out_dir, config, given):
 
 
 # ----------------------------------------------------------------------------- the log
+def repeated(raw, resume_step):
+    """The log line raw is a train or eval record of a step after resume_step: one that a resume repeats."""
+    try:
+        r = json.loads(raw)
+    except ValueError:
+        return False
+    return isinstance(r, dict) and r.get("type") in ("train", "eval") and type(r.get("step")) is int \
+        and r["step"] > resume_step
+
+
 def log_head(path):
     """The first record of a train.py log.jsonl when it names its run ({"type": "run", "run_id", "config", "data"});
     None for an old log, another file or none."""
@@ -288,27 +309,22 @@ def log_head(path):
 def open_log(path, head, resume_step=None, also=None):
     """train.py's log.jsonl as a function log(record), which appends the record with the wall-clock time (and calls
     also(record), if given). A new run's log starts with head, the record that names the run (a log left by this
-    run killed before its first save is replaced). On a resume the file is first cut back to the records up to
-    resume_step: those after it belong to steps the run repeats, a half-written line of a killed run goes too; a
-    line that is not a record (a damaged byte) is kept as it is when records to keep follow it. An old log gets
-    head at its top."""
+    run killed before its first save is replaced). On a resume the file is first cut back: only the train and eval
+    records it wrote after resume_step go (the run repeats those steps), and a record of a killed run cut short at
+    the end. Every other line stays where it is: a user's note, a record whose step is not a whole number, a damaged
+    byte. An old log gets head at its top."""
     line = lambda r: (json.dumps(r) + "\n").encode()
     kept = [line(head)]
     if resume_step is not None and os.path.exists(path):
         try:
             with open(path, "rb") as f:
-                lines = [raw + b"\n" for raw in f.read().splitlines()]
+                lines = f.read().split(b"\n")
         except OSError as e:
             raise SystemExit(f"train: cannot read {path} ({e.strerror or e})")
-        records, pending = [], []
-        for raw in lines:
-            try:
-                step = json.loads(raw)["step"]
-            except (ValueError, KeyError, TypeError):
-                pending.append(raw)
-                continue
-            if isinstance(step, int) and step <= resume_step:
-                records, pending = records + pending + [raw], []
+        cut = lines.pop()  # b"" after a whole last line; else the last line has no end
+        if cut and not cut.startswith(b'{"type": '):  # not a record of ours cut short: someone else's, kept whole
+            lines.append(cut)
+        records = [raw + b"\n" for raw in lines if not repeated(raw, resume_step)]
         kept = records if log_head(path) else kept + records
     atomic_write(path, lambda f: f.writelines(kept))
     try:

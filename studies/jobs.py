@@ -3,9 +3,12 @@ What the studies (study.py, study_glue.py) share: the jobs they launch (python s
 folder), the record a finished pre-training run leaves in assets/ (its settings, U and its eval records: a few KB,
 committed), what a record is checked against, and U itself.
 """
+import copy
 import datetime
 import json
+import math
 import os
+import re
 import platform
 import signal
 import subprocess
@@ -15,10 +18,10 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from configurator import configure, oneline, script_defaults
+from configurator import configure, oneline, read_file, script_defaults
 from lib.checkpoint import load_checkpoint
 from lib.dataloader import frequency_only_loss, load_dataset
-from lib.files import atomic_write, locked
+from lib.files import atomic_write, lock_dir, locked, unlock_dir
 from lib.run import MACHINE_KEYS, run_changes
 from plot import read_evals
 
@@ -34,14 +37,23 @@ class Job(NamedTuple):
     argv: list  # the script and its arguments
     done: Callable[[], str]  # once it ended well: writes its record, returns what the 'done' line says after it
     needs: str = ''  # a file that must be there before it starts (the record of a job it follows)
+    recorded: Callable[[], bool] = lambda: False  # its record is there (another launcher ran it since): skipped
+
+
+def job_lock(job):
+    """The lock file of the job in its folder, held by its launcher from its start to its record (its script holds
+    the folder's own .lock)."""
+    return f".{os.path.splitext(job.log)[0]}.lock"
 
 
 def run_jobs(todo, at_once, threads, who):
     """Runs the jobs in their order, `at_once` at a time, each once what it needs is there, with `threads` torch
     threads each (0: torch's default). A failed job, Ctrl-C or a scheduler's stop (SIGTERM, made a
-    KeyboardInterrupt by the caller) stops the others with SIGINT (train.py saves first); the same command then
-    continues."""
-    todo, running = list(todo), {}
+    KeyboardInterrupt by the caller's interrupt.stops_cleanly) stops the others with SIGINT (train.py saves first),
+    waits for them and raises again; the same command then continues. Each job is held (job_lock) from before it
+    starts until its record is written: a second launcher on the same folders is refused it with one line while it
+    runs, and skips it once it is recorded; it never runs it again."""
+    todo, running, held = list(todo), {}, []
     env = {**os.environ, **({'OMP_NUM_THREADS': str(threads)} if threads else {})}
     try:
         while todo or running:
@@ -49,15 +61,24 @@ def run_jobs(todo, at_once, threads, who):
             while ready and len(running) < at_once:
                 job = ready.pop(0)
                 todo.remove(job)
-                with locked(job.folder, f'{who}.py'):  # makes the folder; held by another: one line
+                lock_dir(job.folder, f'{who}.py, {job.name}', job_lock(job))  # makes the folder; another's: one line
+                held.append(job)
+                if job.recorded():  # another launcher ran it since the plan
+                    unlock_dir(job.folder, job_lock(job))
+                    held.remove(job)
+                    print(f"  {job.name}: recorded meanwhile (another {who}), skipped", flush=True)
+                    continue
+                with locked(job.folder, f'{who}.py'):  # its script's own lock: a train.py there is one line
                     pass
                 with open(os.path.join(job.folder, job.log), 'a') as f:
                     p = subprocess.Popen([sys.executable, *job.argv], stdout=f, stderr=subprocess.STDOUT, env=env)
                 running[job.name] = (p, job, time.time())
                 print(f"  started {job.name}", flush=True)
-            if not running:
+            if not running and todo:
                 raise SystemExit(f"{who}: the jobs left wait for records that are not there: "
                                  f"{', '.join(dict.fromkeys(j.needs for j in todo))}")
+            if not running:  # the last ones were recorded meanwhile
+                break
             time.sleep(2)
             for name, (p, job, t0) in list(running.items()):
                 if p.poll() is None:
@@ -68,20 +89,124 @@ def run_jobs(todo, at_once, threads, who):
                         last = (f.read().strip().splitlines() or [''])[-1]
                     raise SystemExit(f"{who}: {name} failed (exit {p.returncode}): {last}")
                 print(f"  done {name} in {(time.time() - t0) / 60:.1f} min: {job.done()}", flush=True)
+                unlock_dir(job.folder, job_lock(job))  # recorded: another launcher now skips it
+                held.remove(job)
     except BaseException:
         for p, *_ in running.values():
             p.send_signal(signal.SIGINT)
         for p, *_ in running.values():
             p.wait()
-        if sys.exc_info()[0] is KeyboardInterrupt:
-            raise SystemExit(f"{who}: interrupted; the same command continues where it stopped")
         raise
+    finally:
+        for job in held:
+            unlock_dir(job.folder, job_lock(job))
 
 
 # ----------------------------------------------------------------------------- records
+# ----------------------------------------------------------------------------- what a study reads, checked
+# A spec says what a study reads of a file: a kind (KINDS), {key: spec} for an object with those keys (key? when it may
+# be absent, '*' for every key: at least one), [spec] for a list of at least one such item.
+KINDS = {'a finite number': lambda v: type(v) in (int, float) and math.isfinite(v),
+         'a number > 0': lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0,
+         'a step (a whole number >= 0)': lambda v: type(v) is int and v >= 0,
+         'a step or null': lambda v: v is None or type(v) is int and v >= 0,
+         'a whole number >= 1': lambda v: type(v) is int and v >= 1,
+         'a string': lambda v: isinstance(v, str), 'a string or null': lambda v: v is None or isinstance(v, str),
+         'an object': lambda v: isinstance(v, dict),
+         '"config"': lambda v: v == 'config', '"eval"': lambda v: v == 'eval'}
+NUMBER, STEP = 'a finite number', 'a step (a whole number >= 0)'
+RECORD_HEAD = {'type': '"config"', 'config': 'an object', 'unigram_loss': NUMBER,  # a pre-training record's line 1
+               'run_id?': 'a string or null'}
+NAMED = {'pretrained?': {'run_id?': 'a string or null'}}  # the model fine-tuned (finetune_glue.py: model_id)
+EVAL = {'type': '"eval"', 'step': STEP, 'loss': NUMBER, 'accuracy': NUMBER,  # and each line after it
+        'attn_entropy?': [NUMBER]}
+GLUE_RECORD = {'request': {'*': 'a string'}, 'protocol?': NAMED,
+               'runs': {'*': {'*': {'dev': {'*': {'score': NUMBER}}}}}}
+BENCHMARK_RECORD = {'request': {'*': 'a string'}, 'step_95': 'a step or null', 'final_score': NUMBER,
+                    'records': [{'step': STEP, 'score': NUMBER, 'numbers': {'*': NUMBER}} | NAMED]}
+STEP_TIMES = {'ms_per_step': {'*': 'a number > 0'}}  # bench.py --json
+BASE_CONFIG = {k: 'a whole number >= 1' for k in ('max_iters', 'block_size', 'batch_size', 'eval_iters',
+                                                  'eval_interval')} | {'dataset': 'a string'}
+
+
+def misfit(value, spec, field=()):
+    """(the field, as a tuple of keys, and what is wrong with it) for the first part of value that does not fit spec;
+    None if it all does."""
+    if isinstance(spec, str):
+        return None if KINDS[spec](value) else (field, f"must be {spec}, got {json.dumps(value)[:40]}")
+    if isinstance(spec, list):
+        if not isinstance(value, list) or not value:
+            return field, f"must be a list of at least one entry, got {json.dumps(value)[:40]}"
+        return next((m for i, v in enumerate(value) if (m := misfit(v, spec[0], field + (i,)))), None)
+    if not isinstance(value, dict):
+        return field, f"must be an object, got {json.dumps(value)[:40]}"
+    for key, sub in spec.items():
+        name = key.rstrip('?')
+        if key == '*' and not value:
+            return field, "must hold at least one entry"
+        if key != '*' and name not in value:
+            if key.endswith('?'):
+                continue
+            return field + (name,), "is missing"
+        for k, v in (value.items() if key == '*' else [(name, value[name])]):
+            if m := misfit(v, sub, field + (k,)):
+                return m
+    return None
+
+
+def json_line(text, obj, field):
+    """The line of field in the JSON text of obj, when the file is laid out as files.write_json lays it out (where a
+    missing field would be: the end of its object); None otherwise."""
+    if text.rstrip('\n') != json.dumps(obj, indent=1):
+        return None
+    marked, mark = copy.deepcopy(obj), '\x00here\x00'
+    parent = marked
+    for k in field[:-1]:
+        parent = parent[k]
+    if not field or isinstance(parent, list) and field[-1] >= len(parent):
+        return None
+    parent[field[-1]] = mark
+    dumped = json.dumps(marked, indent=1)
+    return dumped[:dumped.index(json.dumps(mark))].count('\n') + 1
+
+
+def read_checked(path, spec, who):
+    """A study's JSON file (a GLUE or benchmark record, step times) or a train.py config file (.py) at path, checked
+    against spec: a missing, mistyped or non-finite field a study reads is one line naming the file, the line and the
+    field, never a traceback later."""
+    if path.endswith('.py'):
+        obj, line = read_file(path), None
+        try:
+            with open(path, errors='replace') as f:
+                text = f.read()
+        except OSError:
+            text = ''
+    else:
+        try:
+            with open(path, 'rb') as f:
+                text = f.read().decode()
+            obj = json.loads(text)
+        except (OSError, ValueError) as e:  # a bad byte (UnicodeDecodeError) is a ValueError
+            raise SystemExit(f"{who}: {path} is not a whole study record ({oneline(e)}): restore it (git checkout "
+                             f"{path}) or move it away and run again")
+    if m := misfit(obj, spec):
+        field, what = m
+        if path.endswith('.py'):
+            at = re.search(rf"^\s*{re.escape(str(field[0]))}\s*=", text, re.M) if field else None
+            line = at and text.count('\n', 0, at.start()) + 1
+            fix = f"set it in {path}"
+        else:
+            line = json_line(text, obj, field)
+            fix = f"restore it (git checkout {path}) or move it away and run again"
+        raise SystemExit(f"{who}: {path}" + (f", line {line}" if line else "") + ": " +
+                         ('.'.join(map(str, field)) or 'the file') + f" {what}: {fix}")
+    return obj
+
+
 def read_record(path, who='study'):
-    """(head, eval records) of a committed run record, head holding the run's config and U; None if there is none.
-    A damaged one stops the script `who` with one line."""
+    """(head, eval records sorted by step) of a committed pre-training record, head holding the run's config and U;
+    None if there is none. A damaged one, or one whose line lacks what a study reads (RECORD_HEAD, EVAL), stops the
+    script `who` with one line naming the file, the line and the field."""
     if not os.path.exists(path):
         return None
     try:  # every line whole: a record is written at once (atomic_write), so a cut or damaged one is never read
@@ -89,21 +214,25 @@ def read_record(path, who='study'):
             lines = f.read().split(b'\n')
         if lines[-1]:
             raise ValueError("its last line is cut")
-        head, _ = json.loads(lines[0]), [json.loads(line) for line in lines[1:-1]]
-        head['config'], head['unigram_loss']
-    except (OSError, ValueError, KeyError, TypeError) as e:  # a bad byte (UnicodeDecodeError) is a ValueError
+        records = [json.loads(line) for line in lines[:-1]]
+        if len(records) < 2:
+            raise ValueError("it holds no eval records")
+    except (OSError, ValueError) as e:  # a bad byte (UnicodeDecodeError) is a ValueError
         raise SystemExit(f"{who}: {path} is not a whole study record ({oneline(e)}): restore it (git checkout "
                          f"{path}) or move it away and run again")
-    try:
-        return head, read_evals(path)
-    except SystemExit as e:
-        raise SystemExit(f"{who}: {e}; move it away and run again")
+    for n, (r, spec) in enumerate(zip(records, [RECORD_HEAD] + [EVAL] * (len(records) - 1)), 1):
+        if m := misfit(r, spec):
+            raise SystemExit(f"{who}: {path}, line {n}: {'.'.join(map(str, m[0])) or 'the line'} {m[1]}: restore "
+                             f"it (git checkout {path}) or move it away and run again")
+    return records[0], sorted(records[1:], key=lambda r: r['step'])
 
 
 def write_record(path, run, command, u):
     """The run's settings and its eval records (from out_dir/log.jsonl) as the committed record."""
-    settings = load_checkpoint(os.path.join(run, 'ckpt.pt'))['config']
-    head = {'type': 'config', 'config': settings, 'unigram_loss': u, 'command': command, 'torch': torch.__version__,
+    ck = load_checkpoint(os.path.join(run, 'ckpt.pt'))
+    settings = ck['config']
+    head = {'type': 'config', 'config': settings, 'run_id': ck.get('run_id'), 'unigram_loss': u, 'command': command,
+            'torch': torch.__version__,
             'machine': f"{platform.machine()}, {os.cpu_count()} cores", 'cpu': cpu_name(), 'commit': code_commit(),
             'date': datetime.date.today().isoformat()}
     lines = [json.dumps(head)] + [json.dumps({k: round(v, 4) if isinstance(v, float) and k != 'loss' else  # loss

@@ -15,17 +15,18 @@ does runs to the cap (the base config's max_iters). The uncensored endpoint is t
 every run reaches.
 Interrupted runs are resumed from out/study/; re-running the command continues.
 """
-import math
 import os
-import signal
 import sys
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the studies run
+# from it as `python studies/<study>.py`, and import its scripts and lib/
+if __name__ == '__main__':  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
+import math
 from functools import partial
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the
-# studies run from it as `python studies/<study>.py`, and import its scripts and lib/
-from configurator import check, configure, read_file
+from configurator import check, configure
 from finetune_glue import spearman
 from lib.checkpoint import load_checkpoint
 from lib.dataloader import dataset_dir
@@ -33,7 +34,8 @@ from lib.files import lock_dir, write_json
 from lib.run import END_KEYS
 import plot
 from plot import first_step_below, read_evals
-from studies.jobs import RUN_KEYS_IGNORED, Job, differ, read_record, run_jobs, unigram_loss, write_record
+from studies.jobs import BASE_CONFIG, RUN_KEYS_IGNORED, Job, differ, read_checked, read_record, run_jobs, \
+    unigram_loss, write_record
 from studies.stats import holm, kaplan_meier, km_median, paired_t, rmst, sign_flip_p, tost
 
 # -----------------------------------------------------------------------------
@@ -118,6 +120,12 @@ def record_complete(evals, cap, stop, min_steps):
 
 
 # ----------------------------------------------------------------------------- the runs
+def recorded(path, cap, stop, min_steps):
+    """The run's record is there and complete."""
+    rec = read_record(path)
+    return bool(rec) and record_complete(rec[1], cap, stop, min_steps)
+
+
 def plan_runs(arms, seeds, first_seed, base, train_args):
     """[(arm, seed, train.py arguments)], seed-major: a partial study has every arm. arms: a comma list of ARMS, ''
     = all; seeds: a comma list, '' = each family's number of seeds (SEEDS) from first_seed on."""
@@ -156,7 +164,8 @@ def run_all(plan, u, cap, level, stop, min_steps, records, out_dir, jobs, thread
         cmd = cmd + [f'--target_loss={stop}', f'--min_iters={min_steps}', f'--out_dir={run}'] + \
             (['--init_from=resume'] if resume else [])  # train.py stops once it has met both
         todo.append(Job(run, run, 'train.txt', ['train.py', *cmd],
-                        partial(finish, path, run, ' '.join(['python train.py', *cmd]), u, level)))
+                        partial(finish, path, run, ' '.join(['python train.py', *cmd]), u, level),
+                        recorded=partial(recorded, path, cap, stop, min_steps)))  # by another study.py since: skipped
     print(f"study: {len(plan) - len(todo)} of {len(plan)} runs recorded in {records}/; {len(todo)} to train, {jobs} "
           f"at a time; criterion: eval loss <= {level:.4f}", flush=True)
     run_jobs(todo, jobs, threads, 'study')
@@ -276,9 +285,7 @@ def fmt_steps(a, cap):
 
 def base_settings(base, min_steps, loss_step):
     """The base config's own settings, checked, and the cap (its max_iters)."""
-    base_cfg = read_file(base)
-    need = ('dataset', 'max_iters', 'block_size', 'batch_size', 'eval_iters', 'eval_interval')
-    check('study', (set(need) <= set(base_cfg), f"{base} must set {', '.join(need)}"))
+    base_cfg = read_checked(base, BASE_CONFIG, 'study')
     cap = base_cfg['max_iters']
     check('study', (cap >= min_steps >= loss_step >= 0 and min_steps % base_cfg['eval_interval'] == 0
                     and loss_step % base_cfg['eval_interval'] == 0,
@@ -459,8 +466,6 @@ def numbers(text):
 
 
 def main():
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the runs save, then stop too
     check('study', (all(a in ARMS for a in arms.split(',')) if arms else True,
                     f"arms must be a comma list of {', '.join(ARMS)}"),
           (all(s.isdigit() for s in seeds.split(',')) if seeds else True, "seeds must be a comma list of integers"),
@@ -487,4 +492,6 @@ def main():
 
 if __name__ == '__main__':
     configure(globals())
-    main()
+    with interrupt.stops_cleanly('study', "the running runs saved and stopped, the finished ones are recorded: the "
+                                          "same command continues where it stopped"):  # in the background too
+        main()

@@ -12,22 +12,24 @@ assets/study_glue/ (small files, committed): the summary and figures are made fr
 The plan, endpoints and tests were fixed before the runs (docs/study_glue.md). An interrupted job is resumed from
 out/study_glue/; re-running the command continues.
 """
-import datetime
 import os
-import signal
 import sys
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the studies run
+# from it as `python studies/<study>.py`, and import its scripts and lib/
+if __name__ == '__main__':  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
+import datetime
 from functools import partial
 
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the
-# studies run from it as `python studies/<study>.py`, and import its scripts and lib/
-from configurator import check, configure, read_file
+from configurator import check, configure
 from lib.dataloader import dataset_dir
 from lib.files import read_json, write_json
 import plot
-from studies.jobs import Job, code_commit, cpu_name, differ, read_record, run_jobs, unigram_loss, write_record
+from studies.jobs import (BASE_CONFIG, BENCHMARK_RECORD, GLUE_RECORD, STEP_TIMES, Job, code_commit, cpu_name,
+                          differ, read_checked, read_record, run_jobs, unigram_loss, write_record)
 from studies.stats import holm, paired_t, sign_flip_p, tost
 
 # -----------------------------------------------------------------------------
@@ -94,10 +96,19 @@ def job_done(kind, cmd, rec):
         return r is not None
     if not os.path.exists(rec):
         return False
-    r = read_json(rec, 'study_glue record')
-    want = [f'--{k}={v}' for k, v in r.get('request', {}).items()]
+    r = read_checked(rec, GLUE_RECORD if kind == 'glue' else BENCHMARK_RECORD, 'study_glue')
+    want = [f'--{k}={v}' for k, v in r['request'].items()]
     if sorted(want) != sorted(a for a in cmd if not a.startswith(('--init_from', '--benchmark', '--out_dir'))):
         raise SystemExit(f"study_glue: {rec} was made with other settings ({' '.join(want)}): move it away")
+    # the pre-training run it fine-tuned, trained again since (another run id): these results are another model's
+    # (records made before run ids name none: not checked)
+    pre = rec.rsplit('.', 2)[0] + '.jsonl'
+    head = (read_record(pre, 'study_glue') or [{}])[0]
+    named = [r.get('protocol', {}).get('pretrained', {})] + [x.get('pretrained', {}) for x in r.get('records', [])]
+    others = {p.get('run_id') for p in named} - {None, head.get('run_id')}
+    if head.get('run_id') and others:
+        raise SystemExit(f"study_glue: {rec} holds results of another pre-training run (run {', '.join(others)}) "
+                         f"than {pre} (run {head['run_id']}): move it away")
     return True
 
 
@@ -122,7 +133,8 @@ def write_glue_record(kind, cmd, run, rec):
         res = {'runs': res['runs'], 'protocol': {k: v for k, v in res['protocol'].items()
                                                  if k not in ('init_from', 'data_dir')}}
     else:
-        res = {'records': [{k: r[k] for k in ('step', 'score', 'numbers')} for r in res['records']],
+        res = {'records': [{k: r[k] for k in ('step', 'score', 'numbers', 'pretrained') if k in r}
+                           for r in res['records']],
                'step_95': res['step_95'], 'final_score': res['final_score']}
     write_json(rec, {**head, **res})
 
@@ -141,7 +153,8 @@ def run_all(plan, u):
     its model's pre-training); writes each record as its job ends."""
     todo = [Job(f"{kind} {arm}_s{sd}", run, f'{kind}.txt', command(kind, cmd, run),
                 partial(finish, kind, cmd, run, rec, u),
-                needs='' if kind == 'pretrain' else os.path.join(records, f"{arm}_s{sd}.jsonl"))
+                needs='' if kind == 'pretrain' else os.path.join(records, f"{arm}_s{sd}.jsonl"),
+                recorded=partial(job_done, kind, cmd, rec))  # by another study_glue.py since: skipped
             for kind, arm, sd, cmd, run, rec in plan if not job_done(kind, cmd, rec)]
     print(f"study_glue: {len(plan) - len(todo)} of {len(plan)} jobs recorded in {records}/; {len(todo)} to run, "
           f"{jobs} at a time", flush=True)
@@ -324,7 +337,7 @@ def figure(pre, s, path):
 
 
 def main():
-    base_cfg = read_file(base)
+    base_cfg = read_checked(base, BASE_CONFIG, 'study_glue')
     cap = base_cfg['max_iters']
     plan = plan_jobs()
     if train:
@@ -338,14 +351,14 @@ def main():
         elif kind == 'pretrain':
             pre.setdefault(arm, {})[sd] = read_record(rec, 'study_glue')[1]
         elif kind == 'glue':
-            glue.setdefault(arm, {})[sd] = read_json(rec, 'study_glue record')
+            glue.setdefault(arm, {})[sd] = read_checked(rec, GLUE_RECORD, 'study_glue')
         else:
-            bench[arm] = read_json(rec, 'study_glue record')
+            bench[arm] = read_checked(rec, BENCHMARK_RECORD, 'study_glue')
     print(f"study_glue: {len(plan) - len(missing)} of {len(plan)} jobs recorded" +
           (f"; not yet run: {', '.join(missing)}" if missing else ", every job of the plan"))
     check('study_glue', (pre, f"no finished run recorded in {records}/: run the study with --train=True"))
     times = os.path.join(records, 'step_times.json')  # bench.py --json=... of the arms, one quiet run
-    raw = read_json(times, 'step times')['ms_per_step'] if os.path.exists(times) else {}
+    raw = read_checked(times, STEP_TIMES, 'study_glue')['ms_per_step'] if os.path.exists(times) else {}
     step_ms = {a: raw[BENCH_NAMES.get(a, a)] for a in ARMS if BENCH_NAMES.get(a, a) in raw}
     s = summarize(pre, glue, bench, step_ms, cap, tasks, glue_seeds)
     s['missing'] = missing
@@ -357,7 +370,7 @@ def main():
 
 
 if __name__ == '__main__':
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the jobs save, then stop too
     configure(globals())
-    main()
+    with interrupt.stops_cleanly('study_glue', "the running jobs saved and stopped, the finished ones are recorded: "
+                                               "the same command continues where it stopped"):  # in the background too
+        main()

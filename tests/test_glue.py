@@ -246,7 +246,7 @@ def save_ckpt(path, iter_num=0, seed=0, **extra):
 
 
 def test_checkpoint_errors_are_one_line(tmp_path):
-    cfg, state, it = fg.load_pretrained(save_ckpt(tmp_path / 'ok.pt', iter_num=7, optimizer={}, config={'a': 1}))
+    cfg, state, it, _ = fg.load_pretrained(save_ckpt(tmp_path / 'ok.pt', iter_num=7, optimizer={}, config={'a': 1}))
     assert it == 7 and cfg.n_layer == 2 and 'encoder.wte.weight' in state
     (tmp_path / 'junk.pt').write_bytes(b'not a checkpoint')
     torch.save({'model': {}}, tmp_path / 'other.pt')
