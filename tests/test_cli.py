@@ -131,3 +131,12 @@ def test_untrained_guesses_are_the_runs_step_0(data_dir, tmp_path):
     torch.save({k: v for k, v in ck.items() if k != "config"}, tmp_path / "bare.pt")
     p = run(["sample.py", f"--init_from={tmp_path / 'bare.pt'}", "--text=a [MASK]", "--untrained=True"], ROOT)
     assert p.returncode == 1 and "needs a train.py checkpoint" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("old, new", [(["study.py", "--train=False"], "`python studies/study.py`"),
+                                      (["study_glue.py", "--train=False"], "`python studies/study_glue.py`"),
+                                      (["train.py", "config/study_glue.py"], "use studies/config/study_glue.py")])
+def test_a_moved_command_fails_in_one_line_that_names_the_new_one(old, new):
+    """The studies moved to studies/: their old commands (scripts and configs) name the new ones."""
+    p = run_script(*old)
+    assert p.returncode != 0 and new in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
