@@ -36,7 +36,8 @@ class Job(NamedTuple):
     needs: str = ''  # a file that must be there before it starts (the record of a job it follows)
 
 
-def run_jobs(todo, at_once, threads, who):
+def run_jobs(todo, at_once, threads, who, may_start=None):  # may_start(job, running names): True starts it,
+    # None not yet, False never in this call (a deadline); it is asked only once what the job needs is there
     """Runs the jobs in their order, `at_once` at a time, each once what it needs is there, with `threads` torch
     threads each (0: torch's default). A failed job, Ctrl-C or a scheduler's stop (SIGTERM, made a
     KeyboardInterrupt by the caller) stops the others with SIGINT (train.py saves first); the same command then
@@ -48,6 +49,10 @@ def run_jobs(todo, at_once, threads, who):
             ready = [j for j in todo if not j.needs or os.path.exists(j.needs)]
             while ready and len(running) < at_once:
                 job = ready.pop(0)
+                if may_start and (go := may_start(job, list(running))) is not True:
+                    if go is False:
+                        todo.remove(job)
+                    continue
                 todo.remove(job)
                 with locked(job.folder, f'{who}.py'):  # makes the folder; held by another: one line
                     pass
@@ -55,7 +60,7 @@ def run_jobs(todo, at_once, threads, who):
                     p = subprocess.Popen([sys.executable, *job.argv], stdout=f, stderr=subprocess.STDOUT, env=env)
                 running[job.name] = (p, job, time.time())
                 print(f"  started {job.name}", flush=True)
-            if not running:
+            if not running and todo:
                 raise SystemExit(f"{who}: the jobs left wait for records that are not there: "
                                  f"{', '.join(dict.fromkeys(j.needs for j in todo))}")
             time.sleep(2)
