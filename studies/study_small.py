@@ -762,9 +762,14 @@ def print_prediction(cfg):
         first &= s.kind != 'pretrain'
         pre += e if s.kind == 'pretrain' else 0.0
         print(f"  {s.name}: ~{e:.0f} s" + (f" ({tokens_text(s.tokens)} tokens)" if s.kind == 'pretrain' else ''))
-    rounds = math.ceil(len(glue) / jobs) * estimate(glue[0], t, False) if glue else 0.0
-    print(f"{WHO}: ~{pre + rounds:.0f} s with the fine-tunes after the pre-trainings ({pre:.0f} + {rounds:.0f}); "
-          f"budget_s {budget_s:g}")
+    rounds = lambda n: math.ceil(n / jobs) * estimate(glue[0], t, False) if n else 0.0
+    last = max((s.step for s in todo if s.kind == 'pretrain'), default=-1)  # the calibration's run's last step
+    print(f"{WHO}: ~{pre + rounds(len(glue)):.0f} s with every fine-tune after the pre-trainings "
+          f"({pre:.0f} + {rounds(len(glue)):.0f})" + (
+              f"; ~{pre + rounds(sum(s.step == last for s in glue)):.0f} s with the fine-tunes "
+              "of the untrained model and the earlier snapshots beside the pre-training (overlap), those of its last "
+              "after it" if overlap and phase == 'calibration' else '') + f"; budget_s {budget_s:g} (the start-up, "
+          "~10 s, comes first)")
 
 
 # ----------------------------------------------------------------------------- the summary
