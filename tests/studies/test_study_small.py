@@ -1,0 +1,290 @@
+"""studies/study_small.py, the third study's GPU runner, on the CPU at toy sizes (--dry: a tiny model, the built-in
+corpus packed as the GPU run gets it, toy GLUE files; never /work/shared or a GPU): each job's record written as it
+ends and bundled for the device tool, a second run continuing where the records end (a model whose fine-tunes are
+missing is pre-trained again), the deadline and the hard stop, the summary rebuilt byte for byte from the records,
+and bad inputs in one line. ~5 minutes on 2 busy cores."""
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from test_train import one_line_error
+from studies import study_small as ss
+
+
+def run(work, *args, timeout=900):
+    """The runner in dry mode on `work` (its inputs made there on first use), one torch thread per job."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("OUT", None)
+    return subprocess.run([sys.executable, "studies/study_small.py", "--dry=True", f"--work={work}", *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def ok(p):
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p.stdout
+
+
+def copy_work(src, dst, keep=("carry", "records")):
+    """A fresh machine's view of a dry work folder: its inputs and records, no runs, no unpacked data."""
+    dst.mkdir()
+    for k in keep:
+        if (src / k).exists():
+            shutil.copytree(src / k, dst / k)
+    return dst
+
+
+def tar_names(path):
+    with tarfile.open(path) as t:
+        return sorted(t.getnames())
+
+
+@pytest.fixture(scope="module")
+def pilot(tmp_path_factory):
+    """The dry pilot, once: its inputs made (packed as --prepare packs them), its 7 jobs run."""
+    work = tmp_path_factory.mktemp("small") / "work"
+    p = run(work, "--phase=pilot")
+    return work, ok(p)
+
+
+def test_the_pilot_records_each_job_as_it_ends_and_picks_by_its_rules(pilot):
+    work, out = pilot
+    done = re.findall(r"done (\S+) in .*?: (\S+) \(", out)
+    assert len(done) == 7, out  # 2 pilot runs, the untrained model, 2 fine-tuning lrs x (best run, untrained)
+    for name, path in done:  # each record is named in the job's own 'done' line: written as the job ended
+        assert os.path.basename(path).startswith(name) and os.path.exists(path)
+    assert tar_names(work / "out" / "records.tar") == sorted(os.path.basename(p) for _, p in done)
+    logs = tar_names(work / "out" / "logs.tar.gz")
+    assert "init_s1/log.jsonl" in logs and "init_s1.glue_lr1e-4_s1/job.txt" in logs
+    assert (work / "out" / "study_small.log").read_text().count("done ") == 7
+    s = json.loads((work / "summary.json").read_text())
+    p = s["pilot"]
+    losses = {r["lr"]: r["mlm_loss"] for r in p["runs"].values()}
+    assert p["picked_lr"] == min(losses, key=losses.get)  # the lowest final eval loss
+    g = {r["lr"]: r["pilot_model"]["score"] for r in p["glue"].values()}
+    assert p["picked_glue_lr"] == max(g, key=g.get) and p["glue_model"] == "pilot_lr1e-3_s1"  # the first run's
+    head = json.loads((work / "records" / "pilot_lr1e-3_s1.jsonl").read_text().splitlines()[0])
+    assert head["gpu"].endswith("(CPU, dry)") and head["data"] and head["timing"]["tokens_per_s"] > 0
+    assert head["config"]["max_iters"] == 4 and head["config"]["warmup_iters"] == 0  # 2,048 tokens of 512
+
+
+def test_the_calibration_then_again_then_from_the_records_alone(pilot, tmp_path):
+    """The calibration's summary (the untrained model and each snapshot: tokens, GLUE-4, tasks); the same command
+    again runs nothing; the records alone rebuild the summary and the figure byte for byte."""
+    work = tmp_path / "w"
+    shutil.copytree(pilot[0], work)
+    out = ok(run(work, "--phase=calibration"))
+    assert "calibration: 8 jobs, 2 recorded" in out  # the untrained model and its seed-1 fine-tune: the pilot's
+    c = json.loads((work / "summary.json").read_text())["calibration"]
+    assert [p["tokens"] for p in c["points"]] == [0, 1024, 3072] and [p["step"] for p in c["points"]] == [0, 2, 6]
+    for p in c["points"]:
+        assert sorted(p["glue4_per_seed"]) == ["1", "2"] and set(p["tasks"]) == {"sst2", "mrpc", "stsb", "rte"}
+        assert p["glue4"] == pytest.approx(np.mean(list(p["glue4_per_seed"].values())))
+        assert p["mlm_loss"] > 0
+    assert [g["tokens"] for g in c["gain"]] == [1024, 3072] and set(c["first_clear"]) == {"glue4", "sst2", "mrpc",
+                                                                                           "stsb", "rte"}
+    s = json.loads((work / "summary.json").read_text())
+    assert s["per_arm"] == {} and s["gpu"] and all(m.startswith("comparison: ") for m in s["missing"])
+
+    again = ok(run(work, "--phase=calibration"))
+    assert "8 jobs, 8 recorded" in again and "started" not in again
+    assert json.loads((work / "summary.json").read_text()) == s
+
+    fresh = tmp_path / "fresh"  # a clone: the records, nothing else
+    shutil.copytree(work / "records", fresh)
+    shutil.rmtree(work / "runs")
+    shutil.rmtree(work / "data")
+    ok(run(work, "--train=False", f"--records={fresh}", f"--summary={tmp_path}/s.json", f"--figures={tmp_path}/f"))
+    for a, b in (("summary.json", "s.json"), ("study_small.png", "f.png"), ("study_small.svg", "f.svg")):
+        assert (work / a).read_bytes() == (tmp_path / b).read_bytes(), a
+
+
+def test_a_hard_stop_keeps_what_finished_and_the_next_run_continues(pilot, tmp_path):
+    """Stopped at stop_s with jobs running: exit 3, every finished job's record in records.tar; the next run, on a
+    bare machine, skips every recorded job, pre-trains a recorded model again for its missing fine-tunes (no
+    checkpoint came back) and does the rest."""
+    work = copy_work(pilot[0], tmp_path / "w")
+    # one fine-tune at a time: the whole takes > 30 s even on fast cores, so jobs still run at 25 s
+    p = run(work, "--phase=calibration", "--time_scale=0.01", "--jobs=1", "--budget_s=25", "--stop_s=25")
+    assert p.returncode == 3, p.stdout[-3000:] + p.stderr[-3000:]
+    finished = sorted(os.path.basename(x) for x in re.findall(r"done \S+ in .*?: (\S+) \(", p.stdout))
+    assert "stopped while running (the next run starts them again)" in p.stdout
+    assert tar_names(work / "out" / "records.tar") == finished
+    shutil.rmtree(work / "runs")  # the next GPU run starts bare
+    shutil.rmtree(work / "data")
+    before = {f: (work / "records" / f).read_bytes() for f in os.listdir(work / "records")}
+    out = ok(run(work, "--phase=calibration"))
+    started = re.findall(r"started (\S+)", out)
+    assert not {f for f in finished if ".glue" in f} & {x + ".json" for x in started}  # no fine-tune twice
+    assert all((work / "records" / f).read_bytes() == b for f, b in before.items())  # no record rewritten
+    assert "calib_s1" in started  # its snapshots' fine-tunes need it here
+    s = json.loads((work / "summary.json").read_text())
+    assert not [m for m in s["missing"] if m.startswith("calibration")]
+    made = "calib_s1.rerun1" if "calib_s1.jsonl" in finished else "calib_s1"
+    assert os.path.exists(work / "records" / f"{made}.jsonl")  # a first record stays as it was
+    (last,) = [f for f in os.listdir(work / "records") if f.startswith("calib_s1_t3072.glue_") and f.endswith("_s2.json")]
+    g = json.loads((work / "records" / last).read_text())
+    assert g["pretrained_by"] == made and g["gpu"].endswith("(CPU, dry)") and g["job_s"] > 0
+
+
+def test_a_deadline_starts_nothing_that_cannot_end_before_it(pilot, tmp_path):
+    work = copy_work(pilot[0], tmp_path / "w")
+    out = ok(run(work, "--phase=calibration", "--budget_s=3", "--stop_s=300", "--summary=", "--figures="))
+    assert "started" not in out and "left for the next run: calib_s1 (~" in out
+    assert re.search(r"left for the next run: calib_s1_t1024\.glue_lr\S+_s1 \(calib_s1 did not run\)", out)
+    assert sorted(os.listdir(work / "records")) == sorted(os.listdir(pilot[0] / "records"))
+
+
+def test_the_deadline_rule(monkeypatch):
+    """may_start: a job starts only if its estimate (x time_scale) ends by budget_s; a pre-training also needs the
+    fine-tunes of its final model after it; its fine-tunes go when it goes; one pre-training at a time, at most
+    `jobs` fine-tunes, and without overlap none beside a pre-training."""
+    monkeypatch.setattr(ss, "time_scale", 1.0)
+    monkeypatch.setattr(ss, "jobs", 2)
+    monkeypatch.setattr(ss, "budget_s", 120.0)
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(ss, "phase", "calibration")
+    monkeypatch.setattr(ss, "T0", 0.0)
+    clock = [0.0]
+    monkeypatch.setattr(ss.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(ss, "model_ready", lambda s: True)
+    t = {**ss.TIMES["gpu"], "fixed_cold": 30.0, "fixed_warm": 10.0, "tokens_per_s": 1e6, "end": 0.0, "glue": 20.0}
+    r = ss.Runner({}, {"type": "cuda", "name": "G"}, t, 7.0, "d")
+    pre = ss.Step("pretrain", "p", [], "", "", 100, 40_000_000)  # 30 + 40 s, cold
+    g = [ss.Step("glue", f"p.g{i}", [], "", "", 100 if i < 3 else 50, 0, owner="p") for i in range(4)]
+    r.steps = {s.name: s for s in [pre, *g]}
+    r.round = set(r.steps)
+    job = lambda s: ss.Job(s.name, "", "", [], None)
+    clock[0] = 11.0  # 70 s + its 3 final fine-tunes, 2 at a time (40 s): 121 > 120
+    assert r.may_start(job(pre), []) is False and "p" in r.dropped
+    assert r.may_start(job(g[0]), []) is False and "p did not run" in r.dropped["p.g0"]
+    r.dropped.clear()
+    clock[0] = 0.0
+    assert r.may_start(job(pre), []) is True and r.started["p"][2] is True  # 110 <= 120; its first compile: cold
+    clock[0] = 75.0
+    assert r.may_start(job(g[3]), ["p"]) is True  # 75 + 20 <= 120, beside the pre-training (overlap)
+    assert r.may_start(job(g[0]), ["p", "p.g3"]) is True
+    assert r.may_start(job(g[1]), ["p", "p.g3", "p.g0"]) is None  # `jobs` fine-tunes run already
+    clock[0] = 101.0
+    assert r.may_start(job(g[1]), ["p.g0"]) is False and "~20 s estimated, 19 s left" in r.dropped["p.g1"]
+    monkeypatch.setattr(ss, "phase", "comparison")  # without overlap
+    r2 = ss.Runner({}, {"type": "cuda", "name": "G"}, t, 7.0, "d")
+    q = ss.Step("pretrain", "q", [], "", "", 1, 1)
+    r2.steps, clock[0] = {**r.steps, "q": q}, 0.0
+    r2.round = set(r2.steps)
+    assert r2.may_start(job(g[3]), ["p"]) is None  # no fine-tune beside a pre-training
+    assert r2.may_start(job(pre), ["p.g3"]) is None  # nor a pre-training beside a fine-tune
+    assert r2.may_start(job(q), ["p"]) is None  # one pre-training at a time
+    assert r2.may_start(job(q), []) is True
+
+
+def test_the_calibration_summary_by_hand(monkeypatch):
+    """Each point's GLUE-4 the mean of its fine-tuning seeds; its gain over the untrained model with the pooled
+    fine-tuning sd of every point (t at 97.5%, one-sided); clear when the bound is above 0; the first clear point."""
+    stats = pytest.importorskip("scipy.stats")
+    monkeypatch.chdir(ROOT)
+    for k, v in {"train_args": ss.DRY["train_args"], "points": "1024,3072", "learning_rate": 1e-2, "glue_lr": 1e-4,
+                 "data_dir": "data/english", "glue_seeds": "1,2"}.items():
+        monkeypatch.setattr(ss, k, v)
+    cfg = ss.base_config()
+    steps = ss.plan(cfg, {}, "calibration")
+    scores = {"init_s1": (50.0, 52.0), "calib_s1_t1024": (51.0, 55.0), "calib_s1_t3072": (60.0, 62.0)}
+    recs = {}
+    for s in steps:
+        if s.kind == "glue":
+            model, sd = s.name.split(".glue_")[0], ss.seed_of(s)
+            x = scores[model][int(sd) - 1]
+            recs[s.name] = {"request": {}, "runs": {t: {sd: {"dev": {t: {"score": x + i}}}} for i, t in
+                                                    enumerate(ss.tasks.split(","))}}
+    ev = [{"step": st, "loss": 10.0 - st, "accuracy": 0.01 * st} for st in range(0, 7, 2)]
+    recs["calib_s1"] = ({"unigram_loss": 7.5}, ev)
+    recs["init_s1"] = ({"unigram_loss": 7.5}, ev[:1])
+    c = ss.calibration_summary(cfg, recs)
+    assert [p["glue4"] for p in c["points"]] == [52.5, 54.5, 62.5]  # the task offsets 0..3 average to +1.5
+    groups = [np.array(v) + 1.5 for v in scores.values()]
+    sd = math.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / 3)
+    assert c["noise"]["glue4"] == {"sd": pytest.approx(sd), "df": 3}
+    half = stats.t.ppf(0.975, 3) * sd * math.sqrt(1 / 2 + 1 / 2)
+    g1, g2 = (x["glue4"] for x in c["gain"])
+    assert g1["diff"] == pytest.approx(2.0) and g1["half95"] == pytest.approx(half) and not g1["clear"]
+    assert g2["diff"] == pytest.approx(10.0) and g2["clear"]
+    assert c["first_clear"]["glue4"] == {"tokens": 3072, "diff": pytest.approx(10.0)}
+    assert c["plateau_exit_step"] == 4 and c["final"]["mlm_loss"] == 4.0  # 10 - step <= 7.5 - 0.7
+    assert c["seeds_for_delta"]["2"] == math.ceil(((1.96 + 0.84) * sd * math.sqrt(2 / 2) / 2) ** 2 + 2)
+
+
+def test_the_comparison_per_arm(pilot, tmp_path):
+    """The comparison at its budget: paired seeds per arm, each run's endpoints (MLM at the cap and at equal time,
+    GLUE-4, the plateau exit, its step time) and the arms against the original."""
+    work = copy_work(pilot[0], tmp_path / "w")
+    out = ok(run(work, "--phase=comparison", "--glue_seeds=1"))
+    s = json.loads((work / "summary.json").read_text())
+    assert set(s["per_arm"]) == {"original", "pairwise"} and s["comparison"]["cap"] == 4
+    for p in s["per_arm"].values():
+        assert p["seeds"] == ["2", "3"] and set(p["glue4"]) == {"2", "3"} and p["ms_per_step"] > 0
+        assert set(p["mlm_accuracy_at_cap"]) == {"2", "3"} and set(p["plateau_exit_step"]) == {"2", "3"}
+    ends = {c["endpoint"] for c in s["comparisons"]}
+    assert {"mlm_accuracy_at_cap", "mlm_accuracy_at_equal_time", "glue4", "mlm_loss_at_cap"} <= ends
+    assert "| pairwise | 2 |" in out
+
+
+def test_unpacking_a_gpu_runs_records(pilot, tmp_path):
+    """records.tar into the records folder: whole records only, nothing overwritten, all or nothing."""
+    work, tar = pilot[0], pilot[0] / "out" / "records.tar"
+    recs = tmp_path / "recs"
+    ok(run(work, f"--unpack={tar}", f"--records={recs}"))
+    assert sorted(os.listdir(recs)) == tar_names(tar)
+    for f in os.listdir(recs):
+        assert (recs / f).read_bytes() == (work / "records" / f).read_bytes()
+    assert "0 records unpacked" in ok(run(work, f"--unpack={tar}", f"--records={recs}"))  # again: all there
+    name = tar_names(tar)[0]
+    (recs / name).write_text((recs / name).read_text().replace("1", "2"))
+    one_line_error(run(work, f"--unpack={tar}", f"--records={recs}"), f"is there with other content")
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(bad, "w") as t:
+        t.add(work / "records" / name, arcname=name)
+        cut = tmp_path / "x.jsonl"
+        cut.write_bytes((work / "records" / "init_s1.jsonl").read_bytes()[:-10])
+        t.add(cut, arcname="init_s9.jsonl")
+    empty = tmp_path / "empty"
+    one_line_error(run(work, f"--unpack={bad}", f"--records={empty}"), "init_s9.jsonl is not a whole study record")
+    assert not empty.exists()
+
+
+def test_bad_inputs_are_one_line(pilot, tmp_path):
+    work = pilot[0]
+    w = copy_work(work, tmp_path / "nodata")
+    (w / "carry" / "english" / "train.bin.xz").unlink()
+    one_line_error(run(w, "--phase=calibration"), "study_small: cannot unpack")
+    shutil.rmtree(w / "carry" / "english")
+    one_line_error(run(w, "--phase=calibration"), "study_small: no corpus: neither")
+    w = copy_work(work, tmp_path / "noglue")
+    shutil.rmtree(w / "carry" / "glue" / "RTE")
+    one_line_error(run(w, "--phase=calibration"), "study_small: missing GLUE files: ")
+    w = copy_work(work, tmp_path / "cut")
+    path = w / "records" / "init_s1.jsonl"
+    path.write_bytes(path.read_bytes()[:-20])
+    one_line_error(run(w, "--train=False"), f"study_small: {path} is not a whole study record")
+    w = copy_work(work, tmp_path / "bad")
+    path = w / "records" / "init_s1.glue_lr1e-4_s1.json"
+    path.write_text('{"request": {}, "runs": {"sst2": {"1": {"dev": {}}}}}')
+    one_line_error(run(w, "--train=False"), f"study_small: {path} is not a whole study record")
+    one_line_error(run(w, "--train=False", "--phase=nothing"), "study_small: phase must be pilot, calibration")
+    import torch
+    if not torch.cuda.is_available():
+        p = subprocess.run([sys.executable, "studies/study_small.py", f"--out={tmp_path}/o", "--phase=pilot"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+        one_line_error(p, "study_small: PyTorch sees no GPU")
+
+
+def test_predict_names_the_jobs_and_their_times(pilot):
+    out = ok(run(pilot[0], "--phase=calibration", "--predict=True"))
+    assert "calib_s1: ~" in out and "(CPU, dry) from its records" in out and "budget_s 240" in out
