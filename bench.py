@@ -25,6 +25,7 @@ nothing else would reach. On an AVX-512 CPU the two are close; with AMX, small m
 import datetime
 import gc
 import math
+import signal
 import statistics
 import sys
 import time
@@ -85,7 +86,8 @@ ROW_SETTINGS = {
     "sub_ln": (False, "ours"),  # HybridBERT's sub-layer LayerNorms
     "attention_dropout": (None, "ours"),  # None: dropout's 0.1 (the paper's); 0.0 shows what dropping it would buy
     "fused_qkv": (False, "ours"), "fused_loss": (False, "ours"),  # model.set_kernels
-    "sdpa_backend": ("auto", "both"),  # auto, cudnn, flash, efficient or math (model.SDPA_BACKENDS)
+    "sdpa_backend": ("auto", "both"),  # auto, cudnn, flash, efficient, math (model.SDPA_BACKENDS), or fastest: the
+    # one that ran SDPA fastest at this shape and dropout in this run (--attention_kernels' timings)
     "compile_mode": ("default", "both"),  # lib.step.COMPILE_MODES; a row with one is compiled
     "compile_optimizer": (False, "both"),  # torch.compile around AdamW's step (lib.step.prepare_optimizer)
     "vocab_size": (0, "both"),  # 0: the run's vocab_size (e.g. 30528: 30522 padded to a multiple of 64)
@@ -173,8 +175,8 @@ def parse_row(spec, heads, whose):
         except (KeyError, ValueError):
             raise SystemExit(f"bench: row {spec!r}: {key} must be {kind.__name__}, got {text!r}") from None
         settings[key] = value
-    bad = [f"sdpa_backend {settings['sdpa_backend']!r} (one of {', '.join(SDPA_BACKENDS)})"
-           ] if settings["sdpa_backend"] not in SDPA_BACKENDS else []
+    bad = [f"sdpa_backend {settings['sdpa_backend']!r} (one of {', '.join(SDPA_BACKENDS)}, fastest)"
+           ] if settings["sdpa_backend"] not in [*SDPA_BACKENDS, "fastest"] else []
     bad += [f"compile_mode {settings['compile_mode']!r} (one of {', '.join(COMPILE_MODES)})"
             ] if settings["compile_mode"] not in COMPILE_MODES else []
     bad += ["batch_size, accum and vocab_size must be >= 0 (accum >= 1)"] if min(
@@ -310,7 +312,8 @@ def matmuls_alone(prof, dtype):
 
 
 # ----------------------------------------------------------------------------- the rows and their tables
-def add_row(rows, label, dtype, mode, model, opt, x, y, pos, hf=False, flops=0.0, settings=None, flops_bert=0.0):
+def add_row(rows, label, dtype, mode, model, opt, x, y, pos, hf=False, flops=0.0, settings=None, flops_bert=0.0,
+            spec=""):
     """Builds a row: compiles (as train.py does, in the row's compile mode), warms up, and reads its peak memory, its
     matmuls' rate and the SDPA op it runs."""
     on_gpu, settings = device.startswith("cuda"), settings or {k: d for k, (d, _) in ROW_SETTINGS.items()}
@@ -324,7 +327,7 @@ def add_row(rows, label, dtype, mode, model, opt, x, y, pos, hf=False, flops=0.0
     opt_step = prepare_optimizer(opt, device_type, settings["compile_optimizer"], settings["compile_mode"])
     row = Row(label, dtype, mode, flops, train_step(fwd, opt, x, y, pos, hf, dtype, settings["accum"], opt_step,
                                                      settings["sdpa_backend"]),
-              settings=settings, tokens=x.numel() * settings["accum"], flops_bert=flops_bert)
+              settings=settings, tokens=x.numel() * settings["accum"], flops_bert=flops_bert, spec=spec)
     for _ in range(warmup):
         row.step()
     sync()
@@ -359,33 +362,62 @@ def plan_rows(dtype_list):
 
 
 clock = time.perf_counter  # the build budget's clock (a test puts a controlled one here)
+STOP_REQUESTED = False  # set by a SIGTERM while the rows are built
 
 
-def build_rows(plan, start=None, skipped=None, failed=None):
+def stop_building(signum, frame):
+    global STOP_REQUESTED
+    STOP_REQUESTED = True
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends the run
+    raise Stop(f"signal {signum}")
+
+
+class Stop(Exception):
+    """SIGTERM while the rows are built (a time limit): no more rows; those built are timed and reported."""
+
+
+def fastest_backend(kernels, dropout):
+    """The SDPA backend (not math) whose forward + backward ran fastest at this shape and dropout (the paper's 0.1
+    unless 0.0 is asked for) in time_attention_kernels' timings; 'auto' if none ran."""
+    p = 0.0 if dropout == 0.0 else 0.1
+    ran = {n: k[f"{n}, dropout {p}"]["fwd_bwd_ms"] for n in SDPA_BACKENDS if n != "math"
+           and "fwd_bwd_ms" in k.get(f"{n}, dropout {p}", {})} if (k := kernels) is not None else {}
+    return min(ran, key=ran.get) if ran else "auto"
+
+
+def build_rows(plan, start=None, skipped=None, failed=None, kernels=None):
     """The rows of plan_rows, built in order. A row not started within build_budget seconds of start is skipped, one
     that fails (an attention kernel that cannot take the input, out of memory) is left out: both are listed in
-    skipped and failed ({'row': ..., 'why': ...}) and the run goes on with the rest."""
+    skipped and failed ({'row': ..., 'why': ...}) and the run goes on with the rest; after a SIGTERM (Stop) no
+    more rows are built. kernels: time_attention_kernels' timings, for sdpa_backend=fastest (timed here if None)."""
     rows, start = [], clock() if start is None else start
     skipped, failed = (skipped if skipped is not None else []), (failed if failed is not None else [])
-    hf_missing = False
+    hf_missing, stopped = False, False
     for dtype, hf, head, settings, mode, spec in plan:
         mode = mode if mode == "eager" or settings["compile_mode"] == "default" else settings["compile_mode"]
         label = f"HF BertForMaskedLM (sdpa){spec[len(head):]}" if hf else f"ours, {spec}"
         name = f"{label}, {dtype}, {mode}"
-        if hf and hf_missing:
-            continue
-        if build_budget and clock() - start > build_budget:
-            skipped.append({"row": name, "why": f"the build budget ({build_budget:g} s) was spent"})
-            print(f"  skipped: {name} (build budget spent)", flush=True)
-            continue
-        B = settings["batch_size"] or batch_size
-        x, y, pos = make_batch(B, block_size)
-        tokens = x.numel() * settings["accum"]
-        with torch.device("meta"):  # original BERT's FLOPs at this shape: the same count for every row
-            bert = Bert(config("original", **{**settings, "vocab_size": 0, "sub_ln": False}))
-            flops_bert = bert.flops_per_token(block_size, len(pos) / x.numel()) * tokens
-        model = opt = None
+        model, opt, n_built = None, None, len(rows)
         try:
+            if hf and hf_missing:
+                continue
+            if build_budget and clock() - start > build_budget:
+                skipped.append({"row": name, "why": f"the build budget ({build_budget:g} s) was spent"})
+                print(f"  skipped: {name} (build budget spent)", flush=True)
+                continue
+            if stopped:
+                skipped.append({"row": name, "why": "stopped (SIGTERM) before it was built"})
+                continue
+            if settings["sdpa_backend"] == "fastest":
+                kernels = kernels if kernels is not None else time_attention_kernels(dtype)
+                settings = {**settings, "sdpa_backend": fastest_backend(kernels, settings["attention_dropout"])}
+                print(f"  {name}: sdpa_backend=fastest is {settings['sdpa_backend']} here", flush=True)
+            B = settings["batch_size"] or batch_size
+            x, y, pos = make_batch(B, block_size)
+            tokens = x.numel() * settings["accum"]
+            with torch.device("meta"):  # original BERT's FLOPs at this shape: the same count for every row
+                bert = Bert(config("original", **{**settings, "vocab_size": 0, "sub_ln": False}))
+                flops_bert = bert.flops_per_token(block_size, len(pos) / x.numel()) * tokens
             if hf:
                 try:
                     model, opt = hugging_face(settings)
@@ -393,19 +425,21 @@ def build_rows(plan, start=None, skipped=None, failed=None):
                     print("transformers is not installed: BertForMaskedLM is not timed (pip install transformers)")
                     hf_missing = True
                     continue
-                with torch.device("meta"):  # same architecture as ours/original, vocabulary head at every position
+                with torch.device("meta"):  # the architecture of ours/original, the vocabulary head everywhere
                     flops = Bert(config("original", **{**settings, "sub_ln": False})).flops_per_token(
                         block_size, 1.0) * tokens
             else:
                 model, opt = ours(head, settings=settings)
                 flops = model.flops_per_token(block_size, len(pos) / x.numel()) * tokens
             add_row(rows, label, dtype, mode, model, opt, x, y, pos, hf=hf, flops=flops, settings=settings,
-                    flops_bert=flops_bert)
-            rows[-1].spec = spec
+                    flops_bert=flops_bert, spec=spec)
         except Exception as e:  # noqa: BLE001  (out of memory too) the row is reported, the run goes on
-            why = oneline(e)[:300]
-            failed.append({"row": name, "why": why})
-            print(f"  FAILED: {name}: {why}", flush=True)
+            stopped = isinstance(e, Stop) or STOP_REQUESTED  # torch.compile may wrap what the handler raised
+            if stopped and len(rows) > n_built:
+                continue  # the signal came after this row was built: it stands
+            why = "stopped (SIGTERM) while it was built" if stopped else oneline(e)[:300]
+            (skipped if stopped else failed).append({"row": name, "why": why})
+            print(f"  {'stopped' if stopped else 'FAILED'}: {name}: {why}", flush=True)
             del model, opt
             gc.collect()
             if device.startswith("cuda"):
@@ -628,12 +662,17 @@ def main():
             write_json(json, {"device": name, "torch": torch.__version__, "dtype": dtype_list[-1], "ms_per_forward": out})
         return
     start = clock()
-    kernels = time_attention_kernels(dtype_list[-1]) if attention_kernels else None
+    fastest = any(settings["sdpa_backend"] == "fastest" for _, _, _, settings, _, _ in plan)
+    kernels = time_attention_kernels(dtype_list[-1]) if attention_kernels or fastest else None
     peak_fns = {dtype: square_matmul(dtype, n_mm) for dtype in dtype_list}
     for fn in peak_fns.values():
         fn()  # its first call sets the library up
     skipped, failed = [], []
-    rows = build_rows(plan, start, skipped, failed)
+    signal.signal(signal.SIGTERM, stop_building)  # a time limit stops the building; what was built is reported
+    try:
+        rows = build_rows(plan, start, skipped, failed, kernels)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     times = median_step_times([r.step for r in rows] + list(peak_fns.values()), warm=True)  # peaks interleaved
     for r, dt in zip(rows, times):
         r.seconds = dt

@@ -1,5 +1,6 @@
 """bench.py: it runs and prints its tables at a tiny shape (and the profile's categories); bad options are one line."""
 import json
+import os
 
 import pytest
 
@@ -229,3 +230,47 @@ def test_rows_past_the_build_budget_are_skipped_and_a_failing_row_is_left_out(mo
 def test_bad_row_settings_are_one_line(bad, msg):
     p = bench(bad)
     assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr[-1000:]
+
+
+def test_a_sigterm_while_rows_are_built_reports_the_rows_built(tmp_path):
+    """A time limit (timeout's SIGTERM) while the rows are built: no more rows are built, those built are timed and
+    written to the JSON, the rest named as stopped; the run exits 0."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    specs = ",".join(["original", "symmetric", "pairwise", "original+fused_qkv", "pairwise+fused_qkv"] * 4)
+    p = subprocess.Popen([sys.executable, "bench.py", *TINY, "--hf_modes=", "--seq_lens=", "--dtypes=float32",
+                          f"--attention_types={specs}", f"--json={tmp_path}/run.json"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ,
+                                                                                        "OMP_NUM_THREADS": "1"})
+    lines = []
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        lines.append(line)
+        if line.startswith("  ready:") and sum(x.startswith("  ready:") for x in lines) == 2:
+            p.send_signal(signal.SIGTERM)
+            break
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err[-2000:]
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert 2 <= len(run["rows"]) < 20 and len(run["rows"]) + len(run["skipped"]) == 20 and run["failed"] == []
+    assert all("stopped (SIGTERM)" in s["why"] for s in run["skipped"])
+    assert all(r["ms_per_step"] > 0 for r in run["rows"])
+
+
+def test_sdpa_backend_fastest_is_the_fastest_kernel_that_ran():
+    import bench as b
+
+    kernels = {"auto, dropout 0.1": {"fwd_bwd_ms": 3.0}, "cudnn, dropout 0.1": {"fwd_bwd_ms": 2.0},
+               "flash, dropout 0.1": {"fwd_bwd_ms": 3.0}, "efficient, dropout 0.1": {"error": "No available kernel"},
+               "math, dropout 0.1": {"fwd_bwd_ms": 1.0},  # never picked: it is what the fused kernels replace
+               "auto, dropout 0.0": {"fwd_bwd_ms": 2.5}, "cudnn, dropout 0.0": {"error": "x"},
+               "flash, dropout 0.0": {"fwd_bwd_ms": 2.0}}
+    assert b.fastest_backend(kernels, None) == b.fastest_backend(kernels, 0.1) == "cudnn"
+    assert b.fastest_backend(kernels, 0.0) == "flash"
+    assert b.fastest_backend({"cudnn, dropout 0.1": {"error": "x"}}, None) == "auto"
