@@ -149,7 +149,8 @@ iter_num, last_eval, eval_loss, probe, spent = run.restore(raw_model, optimizer,
                                                            flag_group, data.fingerprint)
 # last_eval: the step of the latest eval (a resume skips it); probe: (step, scores) then, to see how fast they move;
 # spent: seconds of training steps so far (max_minutes' budget)
-opt_step = prepare_optimizer(optimizer, device_type, compile_optimizer, compile_mode)  # compiled lazily, at step 1
+opt_step = prepare_optimizer(optimizer, device_type, compile_optimizer and not scaler.is_enabled(),  # compiled
+                             compile_mode)  # lazily, at step 1; fp16's GradScaler steps the fused AdamW eagerly
 if master:
     os.makedirs(os.path.join(run.out_dir, "snapshots"), exist_ok=True)
     n_params = sum(p.numel() for p in raw_model.parameters())
@@ -167,7 +168,7 @@ if master:
                   f"~{flops / 0.4e12 / 86400:,.0f} days on a CPU at 0.4 TFLOP/s. This config is meant for GPUs; "
                   "config/tiny*.py are the CPU ones", flush=True)
     if compile_optimizer and scaler.is_enabled():
-        print("note: compile_optimizer: fp16's GradScaler steps the optimizer eagerly", flush=True)
+        print("note: compile_optimizer is off under fp16: its GradScaler steps the fused AdamW eagerly", flush=True)
     if warmup_iters > max_iters > 0:
         print(f"note: warmup_iters ({warmup_iters}) > max_iters ({max_iters}): the learning rate never reaches "
               f"{learning_rate:g}", flush=True)
