@@ -480,7 +480,8 @@ def print_table(rows, peak, on_gpu):
         f"{r.label.removeprefix('ours, ')} {r.dtype} {rate(r) / 1e9:,.0f}" for r in rows) + " GFLOP/s")
     print("\neach row's tokens per optimizer step, MFU at original BERT's FLOPs (the same count for every row at this "
           "shape: comparable throughput), its time to build (compile, warm up), and the SDPA op its step ran:\n")
-    print("| # | row | dtype | mode | tokens/step | MFU at BERT's FLOPs | build s | SDPA op |\n|---|---|---|---|---|---|---|---|")
+    print("| # | row | dtype | mode | tokens/step | MFU at BERT's FLOPs | build s | SDPA op |\n"
+          "|---|---|---|---|---|---|---|---|")
     for i, r in enumerate(rows, 1):
         mfu = datasheet_peak(r.dtype, on_gpu)
         print(f"| #{i} | {r.label} | {r.dtype} | {r.mode} | {r.tokens:,} | "
@@ -577,7 +578,7 @@ def time_attention_kernels(dtype):
                         fwd()
                     op = ",".join(sorted({e.name for e in prof.events()
                                           if e.name.startswith("aten::_scaled_dot_product")}))
-                    n = max(1, int(0.05 / max(seconds_per_step(fwd_bwd, 2), 1e-7)))  # ~50 ms a timing
+                    n = max(1, int(0.02 / max(seconds_per_step(fwd_bwd, 2), 1e-7)))  # ~20 ms a timing
                     f = statistics.median(seconds_per_step(fwd, n) for _ in range(3))
                     fb = statistics.median(seconds_per_step(fwd_bwd, n) for _ in range(3))
                 out[f"{name}, dropout {p}"] = {"fwd_ms": f * 1e3, "fwd_bwd_ms": fb * 1e3,
@@ -586,8 +587,9 @@ def time_attention_kernels(dtype):
             except Exception as e:  # noqa: BLE001  a backend that cannot take this input (or this device)
                 out[f"{name}, dropout {p}"] = {"error": oneline(e)[:200]}
             q.grad = k.grad = v.grad = None
-    print(f"\nSDPA alone, {dtype}, {B} x {h} heads x {T} x {d} (ms; TFLOP/s of forward + backward at 3.5x the forward's "
-          f"{flops / 1e9:.1f} GFLOP):\n\n| backend, dropout | forward | forward + backward | TFLOP/s | op |\n|---|---|---|---|---|")
+    print(f"\nSDPA alone, {dtype}, {B} x {h} heads x {T} x {d} (ms; TFLOP/s of forward + backward at 3.5x the "
+          f"forward's {flops / 1e9:.1f} GFLOP):\n\n| backend, dropout | forward | forward + backward | TFLOP/s | op |\n"
+          "|---|---|---|---|---|")
     for key, r in out.items():
         print(f"| {key} | " + (f"{r['fwd_ms']:.3f} | {r['fwd_bwd_ms']:.3f} | {r['tflops_fwd_bwd']:.0f} | {r['op']} |"
                                if "error" not in r else f"- | - | - | {r['error'][:80]} |"))

@@ -13,8 +13,9 @@
 # Each part is one bench.py run: rows in the order given, a row not started within the part's build budget skipped,
 # one that fails (a kernel that cannot take the input) reported; its timeout's SIGTERM stops the building and what was
 # built is still timed and written. A part starts only if its timeout fits in what is left of GPU_BENCH_BUDGET (s,
-# 540). --dry: the same plumbing on the CPU at toy shapes, eager (tests/test_gpu_bench.py runs it). Logs and JSONs go
-# to $OUT if set (the device tool's), else .gpu/bench: gpu_bench.log, partN.log, and base512.json, base128.json,
+# 540); GPU_BENCH_TIMEOUTS=s1,s2,s3,s4 sets the parts' timeouts, GPU_BENCH_EXTRA more bench.py settings for all.
+# --dry: the same plumbing on the CPU at toy shapes, eager (tests/test_gpu_bench.py runs it). Logs and JSONs go to
+# $OUT if set (the device tool's), else .gpu/bench: gpu_bench.log, partN.log, and base512.json, base128.json,
 # small128.json (part4.json): at most 8 files. Needs PyTorch and transformers; no data, no network, nothing to carry.
 set -uo pipefail
 PARTS=1,2,3 DRY=0 PY=${PYTHON:-python3} BUDGET=${GPU_BENCH_BUDGET:-540} GRACE=45
@@ -51,6 +52,7 @@ else  # an H100 compiled bert-base in ~25-30 s a model (2026-11-26); the budgets
   S1="--block_size=512 --batch_size=32" S2="--block_size=128 --batch_size=128" S3="$S2" S4="$S1"
   T=290,170,75,290 BB=175,115,35,200
 fi
+COMMON+=" ${GPU_BENCH_EXTRA:-}"  # more bench.py settings for every part (e.g. --repeats=5)
 IFS=, read -r T1 T2 T3 T4 <<<"${GPU_BENCH_TIMEOUTS:-$T}"  # seconds per part (then GRACE for the rows built)
 IFS=, read -r B1 B2 B3 B4 <<<"$BB"  # seconds of each part in which rows may start building
 export PYTHONUNBUFFERED=1 PY COMMON BASE SMALL S1 S2 S3 S4 ROWS1 ROWS2 ROWS3 ROWS4 HF1 HF2 HF3 HF4 B1 B2 B3 B4
@@ -58,6 +60,7 @@ export LOG=${OUT:-.gpu/bench}
 mkdir -p "$LOG" || exit 1
 
 bench() {  # bench N JSON SHAPE: one bench.py run, its JSON to $LOG/JSON, then its figures
+  trap : TERM  # the part's timeout: bench.py stops building and writes what it built; this shell waits for it
   local n=$1 json=$2 shape=$3 rows=ROWS$1 hf=HF$1 budget=B$1 size=S$1 extra=${4:-}
   "$PY" bench.py $COMMON $shape ${!size} --attention_types="${!rows}" --hf_modes="${!hf}" --build_budget="${!budget}" \
     --attention_kernels $extra --json="$LOG/$json" || return

@@ -46,9 +46,9 @@ def test_the_dry_run_end_to_end(tmp_path):
                      "small128.json"] and len(files) <= 8  # what the device tool brings back
     assert (tmp_path / "gpu_bench.log").read_text() == p.stdout
     runs = {name: json.loads((tmp_path / name).read_text()) for name in files if name.endswith(".json")}
+    a = "original+sdpa_backend=fastest+fused_qkv"
     assert [r["spec"] for r in runs["base512.json"]["rows"]] == [
-        "eager", "original", "original+sdpa_backend=fastest+fused_qkv", "original+sdpa_backend=fastest+fused_qkv+accum=8",
-        "original+sdpa_backend=fastest+fused_qkv", "original+sdpa_backend=cudnn"]  # C without its compile settings
+        "eager", "original", a, a + "+accum=8", a, "original+sdpa_backend=cudnn"]  # C without its compile settings
     assert runs["base512.json"]["shape"]["block_size"] == 64 and runs["base128.json"]["shape"]["batch_size"] == 4
     assert all(r["ms_by_category"] for r in runs["base512.json"]["rows"])  # part 1's --profile
     for run in runs.values():
@@ -76,3 +76,19 @@ def test_the_gpu_rows_are_valid_bench_rows():
         for spec in hf.split(","):
             bench.parse_row(spec, ("eager", "compiled"), "hf")
     assert lists[4] == lists[5] == "eager,compiled"  # Hugging Face eager and compiled beside ours at bert-base
+
+
+def test_a_part_past_its_timeout_still_reports_the_rows_it_built(tmp_path):
+    """The part's timeout (SIGTERM) stops bench.py's building; the shell waits, the rows built are timed and written,
+    the summary says FAIL (timeout) with the figures and names the part to run again."""
+    p = gpu_bench("--dry", "--parts=1", env={"OUT": str(tmp_path), "GPU_BENCH_TIMEOUTS": "20,100,100,100",
+                                             "GPU_BENCH_EXTRA": "--warmup=300"})  # building takes > 20 s then
+    summary = p.stdout.split("== summary")[1].splitlines()[1:]
+    assert p.returncode == 1 and summary[0].startswith("1 bert-base seq 512 batch 32: HF, baseline, levers, profile: "
+                                                       "FAIL (timeout 20s) in "), summary
+    assert summary[1] == "again: bash tests/gpu_bench.sh --parts=1 --dry"
+    run = json.loads((tmp_path / "base512.json").read_text())  # written after the SIGTERM
+    assert run["rows"] and all(r["ms_per_step"] > 0 for r in run["rows"])
+    assert run["skipped"] and all("SIGTERM" in s["why"] for s in run["skipped"])
+    assert len(run["rows"]) + len(run["skipped"]) == 6
+    assert f"{len(run['rows'])} built, {len(run['skipped'])} skipped, 0 failed" in summary[0]
