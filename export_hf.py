@@ -43,7 +43,7 @@ def hf_config(cfg, **extra):
     return {"architectures": extra.pop("architectures"), "model_type": "bert", "vocab_size": cfg.vocab_size,
             "hidden_size": cfg.n_embd, "num_hidden_layers": cfg.n_layer, "num_attention_heads": cfg.n_head,
             "intermediate_size": cfg.n_inner, "hidden_act": "gelu", "hidden_dropout_prob": cfg.dropout,
-            "attention_probs_dropout_prob": cfg.dropout, "max_position_embeddings": cfg.block_size,
+            "attention_probs_dropout_prob": cfg.attn_dropout(), "max_position_embeddings": cfg.block_size,
             "type_vocab_size": cfg.type_vocab_size, "layer_norm_eps": 1e-12, "initializer_range": 0.02,
             "pad_token_id": N_GPT2, "position_embedding_type": "absolute", "tie_word_embeddings": True, **extra}
 

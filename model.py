@@ -15,14 +15,18 @@ Also, for comparison with HybridBERT (Srinivasagan & Ostermann 2024, code unrele
 `hybrid_pattern`, by default original / additive alternately) and `sub_ln` (Magneto's sub-layer norms).
 """
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 OPERATORS = ("original", "symmetric", "pairwise", "additive")  # what one layer can use
 ATTENTION_TYPES = OPERATORS + ("hybrid",)
+SDPA_BACKENDS = {"auto": None, "cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+                 "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}  # set_kernels' sdpa_backend
 
 
 @dataclass
@@ -34,7 +38,8 @@ class BertConfig:
     n_head: int = 12
     n_embd: int = 768
     n_inner: int = 3072  # MLP width
-    dropout: float = 0.1
+    dropout: float = 0.1  # hidden states' dropout, and the attention probabilities' unless attention_dropout is set
+    attention_dropout: float = None  # the attention probabilities' dropout; None: the same as dropout (0.1)
     attention_type: str = "original"
     hybrid_pattern: str = "original,additive"  # attention_type='hybrid': layer l uses entry l % len
     sub_ln: bool = False  # extra LayerNorm before the attention output projection and the MLP's 2nd linear
@@ -63,6 +68,8 @@ class BertConfig:
         if not self.s_init_std > 0 or not self.score_scale > 0 or not self.qk_init_scale > 0:
             raise ValueError(f"s_init_std, score_scale and qk_init_scale must be > 0, got {self.s_init_std}, "
                              f"{self.score_scale}, {self.qk_init_scale}")
+        if self.attention_dropout is not None and not 0 <= self.attention_dropout < 1:
+            raise ValueError(f"attention_dropout must be in [0, 1) or None, got {self.attention_dropout}")
         if self.score_scale_warmup < 0:
             raise ValueError(f"score_scale_warmup must be >= 0, got {self.score_scale_warmup}")
         if self.freeze_s and "pairwise" not in self.layer_operators():
@@ -73,6 +80,9 @@ class BertConfig:
             return [self.attention_type] * self.n_layer
         cycle = self.hybrid_pattern.split(",")
         return [cycle[l % len(cycle)] for l in range(self.n_layer)]
+
+    def attn_dropout(self):
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
 
 def LayerNorm(n):
@@ -87,7 +97,8 @@ def select(x, rows):
 class SelfAttention(nn.Module):
     def __init__(self, cfg, operator):
         super().__init__()
-        self.n_head, self.dropout = cfg.n_head, cfg.dropout
+        self.n_head, self.dropout = cfg.n_head, cfg.attn_dropout()
+        self.fused_qkv, self.sdpa_backends = False, None  # how it computes, not what (set_kernels)
         d = cfg.n_embd // cfg.n_head
         self.query = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.key = nn.Linear(cfg.n_embd, cfg.n_embd) if operator == "original" else None
@@ -108,10 +119,23 @@ class SelfAttention(nn.Module):
         B, T, C = t.shape
         return t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
 
-    def qk(self, x):
-        """The operator as ordinary attention: (q, k) per head with scores = q k^T * self.scale."""
-        q = self.heads(self.query(x))
-        k = self.heads(self.key(x)) if self.key is not None else q  # symmetric and pairwise: K = Q
+    def projections(self, x):
+        """(x Wq + bq, x Wk + bk or None without a key projection, x Wv + bv), each (B, T, C). With fused_qkv, one
+        matmul against the projections' weights concatenated in the forward (the parameters, checkpoints and the
+        export stay as they are; under torch.compile the concatenation fuses into the weights' cast)."""
+        if not self.fused_qkv:
+            return self.query(x), self.key(x) if self.key is not None else None, self.value(x)
+        projs = [p for p in (self.query, self.key, self.value) if p is not None]
+        out = F.linear(x, torch.cat([p.weight for p in projs]), torch.cat([p.bias for p in projs]))
+        parts = out.split(x.size(-1), dim=-1)
+        return parts if self.key is not None else (parts[0], None, parts[1])
+
+    def qk(self, x, projected=None):
+        """The operator as ordinary attention: (q, k) per head with scores = q k^T * self.scale. projected: x's
+        (query, key) projections, if already computed."""
+        q, k = projected or self.projections(x)[:2]
+        q = self.heads(q)
+        k = self.heads(k) if k is not None else q  # symmetric and pairwise: K = Q
         if self.S is not None:
             q = torch.einsum("bhtd,hde->bhte", q, self.S)  # pairwise: (q S_h) q^T. Not q @ S: its broadcast
             # backward is ~100x slower on CPU
@@ -121,8 +145,11 @@ class SelfAttention(nn.Module):
 
     def forward(self, x, mask=None):
         B, T, C = x.shape
-        y = F.scaled_dot_product_attention(*self.qk(x), self.heads(self.value(x)), attn_mask=mask,
-                                           dropout_p=self.dropout if self.training else 0.0, scale=self.scale)
+        q, k, v = self.projections(x)
+        pinned = self.sdpa_backends and (x.is_cuda or self.sdpa_backends == [SDPBackend.MATH])  # else no-op (CPU)
+        with sdpa_kernel(self.sdpa_backends) if pinned else nullcontext():
+            y = F.scaled_dot_product_attention(*self.qk(x, (q, k)), self.heads(v), attn_mask=mask,
+                                               dropout_p=self.dropout if self.training else 0.0, scale=self.scale)
         return self.out(self.sub_ln(y.transpose(1, 2).reshape(B, T, C)))
 
     def scores(self, x, mask=None):
@@ -271,6 +298,38 @@ def score_change(probe, before, steps):
     return [((a - b).pow(2).mean().sqrt() / steps).item() for a, b in zip(probe, before)]
 
 
+def mlm_loss(logits, targets):
+    """F.cross_entropy(logits.float(), targets, ignore_index=-100), written as logsumexp(logits) - the target's logit,
+    each computed in float32 (whatever the logits' dtype) from the logits as they are (bf16 under autocast), so that no
+    float32 copy of the (n, vocab) logits need be written. Compiled, inductor already fuses cross_entropy's upcast into
+    its kernels: in the CPU code it generates for a bf16 step, neither form writes a float32 (n, vocab) buffer, and
+    both write the same two bf16 ones (the logits and their gradient). Eager, both copy. A lever to measure on a GPU
+    (docs/performance.md), not a known gain."""
+    valid = targets != -100
+    x = logits.float()
+    onehot = torch.arange(x.size(-1), device=x.device) == targets[:, None]  # a -100 matches no column
+    picked = torch.where(onehot, x, 0.0).sum(-1)  # not gather: its backward scatters into a zeroed (n, vocab) buffer
+    return ((torch.logsumexp(x, dim=-1) - picked) * valid).sum() / valid.sum()
+
+
+def set_kernels(model, fused_qkv=False, sdpa_backend="auto", fused_loss=False):
+    """How a Bert or BertClassifier computes, never what (a training run may change them on a resume; checkpoints
+    and the Hugging Face export do not see them): fused_qkv, one matmul for the query, key and value projections
+    (SelfAttention.projections); sdpa_backend, the attention kernel on a GPU ('auto' lets PyTorch choose; 'cudnn',
+    'flash', 'efficient' or 'math' insists on one, and an input it cannot take is an error; on other devices only
+    'math' is applied, the rest are 'auto'); fused_loss, the MLM loss without a float32 copy of the logits
+    (mlm_loss). Returns the model."""
+    if sdpa_backend not in SDPA_BACKENDS:
+        raise ValueError(f"sdpa_backend must be one of {', '.join(SDPA_BACKENDS)}, got {sdpa_backend!r}")
+    for m in model.modules():
+        if isinstance(m, SelfAttention):
+            m.fused_qkv = bool(fused_qkv)
+            m.sdpa_backends = [SDPA_BACKENDS[sdpa_backend]] if SDPA_BACKENDS[sdpa_backend] is not None else None
+        if isinstance(m, Bert):
+            m.fused_loss = bool(fused_loss)
+    return model
+
+
 def _init_weights(module):
     """BERT's init: N(0, 0.02) for linear and embedding weights, zero biases, LayerNorm 1/0; S ~ N(0, 1) (or
     N(0, s_init_std^2)); query and key weights x qk_init_scale (the same draws, scaled); with symmetric_init, each
@@ -308,6 +367,7 @@ class Bert(nn.Module):
         self.head_dense = nn.Linear(config.n_embd, config.n_embd)
         self.head_ln = LayerNorm(config.n_embd)
         self.head_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.fused_loss = False  # how the loss is computed, not what (set_kernels)
         _init_weights(self)
 
     def forward(self, idx, targets=None, pos=None, attention_mask=None, token_type_ids=None):
@@ -322,7 +382,9 @@ class Bert(nn.Module):
         logits = self.head(self.encoder(idx, attention_mask, token_type_ids, rows=pos))
         # detached: every output of a compiled graph gets a gradient, and the logits' would be a zero tensor the size
         # of the head (608 x 50304 floats at the study's shape: a tenth of its step), written and read for nothing
-        return logits.detach(), F.cross_entropy(logits.float(), targets[pos], ignore_index=-100)
+        loss = mlm_loss(logits, targets[pos]) if self.fused_loss else \
+            F.cross_entropy(logits.float(), targets[pos], ignore_index=-100)
+        return logits.detach(), loss
 
     def head(self, x):
         x = self.head_ln(F.gelu(self.head_dense(x)))

@@ -31,8 +31,8 @@ from lib.dataloader import PretrainingData
 from lib.device import set_up, set_up_processes
 from lib.run import Run
 from lib import step
-from lib.step import distribute_and_compile, optimizer_step, schedule
-from model import Bert, BertConfig
+from lib.step import COMPILE_MODES, distribute_and_compile, optimizer_step, prepare_optimizer, schedule
+from model import SDPA_BACKENDS, Bert, BertConfig, set_kernels
 
 # -----------------------------------------------------------------------------
 out_dir = "out"  # checkpoints and log.jsonl go here
@@ -51,6 +51,7 @@ score_scale_warmup = 0  # heat treatment: score_scale anneals to 1 over this man
 n_layer, n_head, n_embd, n_inner = 12, 12, 768, 3072  # layers, heads, hidden size, MLP width
 block_size = 512  # sequence length; must divide the dataset's block size
 dropout = 0.1  # hidden and attention dropout
+attention_dropout = None  # the attention probabilities' alone; None: dropout's (the paper's 0.1 for both)
 # masked LM
 mask_prob = 0.15  # fraction of each sequence's tokens that is predicted
 # optimisation: global batch = batch_size * gradient_accumulation_steps (split across processes)
@@ -82,6 +83,12 @@ device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or 
 dtype = "auto"  # float32, bfloat16 or float16 (GradScaler); auto: bf16, fp16 on old GPUs, float32 on old CPUs
 compile = True  # torch.compile (falls back to eager, in one line, if it fails)
 peak_flops = 0.0  # device peak for the MFU estimate; 0 = the GPU's datasheet peak in this precision, if known
+# how a step computes, never what (docs/performance.md; a resume may change them)
+compile_mode = "default"  # 'default' | 'reduce-overhead' (CUDA graphs) | 'max-autotune' | 'max-autotune-no-cudagraphs'
+compile_optimizer = False  # torch.compile around the AdamW step too (bf16 and float32; with fp16's scaler: eager)
+fused_qkv = False  # one matmul for the query, key and value projections (the parameters stay as they are)
+sdpa_backend = "auto"  # the attention kernel on a GPU: 'auto' | 'cudnn' | 'flash' | 'efficient' | 'math'
+fused_loss = False  # the MLM loss as logsumexp minus the target's logit, computed in float32 from the bf16 logits
 # -----------------------------------------------------------------------------
 given = set()  # the keys set by config files or --key=value
 config = configure(globals(), given=given)
@@ -91,6 +98,10 @@ check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch
        ">= 1"),
       (0 < mask_prob < 1, f"mask_prob must be in (0, 1), got {mask_prob}"),
       (0 <= dropout < 1, f"dropout must be in [0, 1), got {dropout}"),
+      (attention_dropout is None or isinstance(attention_dropout, (int, float)) and 0 <= attention_dropout < 1,
+       f"attention_dropout must be None or in [0, 1), got {attention_dropout!r}"),
+      (compile_mode in COMPILE_MODES, f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {compile_mode!r}"),
+      (sdpa_backend in SDPA_BACKENDS, f"sdpa_backend must be one of {', '.join(SDPA_BACKENDS)}, got {sdpa_backend!r}"),
       (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1
        and qk_lr_scale > 0, "learning_rate, eps and qk_lr_scale must be > 0, weight_decay and grad_clip >= 0, beta1 "
                             "and beta2 in [0, 1)"),
@@ -134,13 +145,15 @@ evals = data.eval_set(eval_iters)  # each process takes every world-th batch
 
 # the model and its optimizer, as a resumed run left them
 torch.manual_seed(seed + rank)  # DDP makes every process start from rank 0's weights
-raw_model = Bert(BertConfig(**run.model_args)).to(device)
+raw_model = set_kernels(Bert(BertConfig(**run.model_args)).to(device), fused_qkv, sdpa_backend, fused_loss)
 optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type, qk_lr_scale)
 scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
 iter_num, last_eval, eval_loss, probe, spent = run.restore(raw_model, optimizer, scaler, rank, world, device_type,
                                                            flag_group, data.fingerprint)
 # last_eval: the step of the latest eval (a resume skips it); probe: (step, scores) then, to see how fast they move;
 # spent: seconds of training steps so far (max_minutes' budget)
+opt_step = prepare_optimizer(optimizer, device_type, compile_optimizer and not scaler.is_enabled(),  # compiled
+                             compile_mode)  # lazily, at step 1; fp16's GradScaler steps the fused AdamW eagerly
 if master:
     os.makedirs(os.path.join(run.out_dir, "snapshots"), exist_ok=True)
     n_params = sum(p.numel() for p in raw_model.parameters())
@@ -157,6 +170,8 @@ if master:
             print(f"note: the {max_iters - iter_num:,} steps to go are {flops:.2g} FLOPs: "
                   f"~{flops / 0.4e12 / 86400:,.0f} days on a CPU at 0.4 TFLOP/s. This config is meant for GPUs; "
                   "config/tiny*.py are the CPU ones", flush=True)
+    if compile_optimizer and scaler.is_enabled():
+        print("note: compile_optimizer is off under fp16: its GradScaler steps the fused AdamW eagerly", flush=True)
     if warmup_iters > max_iters > 0:
         print(f"note: warmup_iters ({warmup_iters}) > max_iters ({max_iters}): the learning rate never reaches "
               f"{learning_rate:g}", flush=True)
@@ -165,7 +180,7 @@ if master:
 if compile and master:
     print("compiling the model (torch.compile): the first step takes a while", flush=True)
 model, ddp_model, eval_model = distribute_and_compile(raw_model, ddp, compile, device_type, local_rank,
-                                                      get_batch(iter_num, 0), ctx)
+                                                      get_batch(iter_num, 0), ctx, compile_mode)
 torch.manual_seed(seed + rank)  # dropout: the same stream whether or not a compile trial drew from it
 run.restore_rng()  # a resumed run's RNG state: its dropout goes on to the bit
 
@@ -264,7 +279,7 @@ while True:
         x, y, pos = get_batch(iter_num, micro + 1) if micro + 1 < accum else get_batch(iter_num + 1, 0)  # prefetch
         scaler.scale(loss).backward()
         train_loss += loss.detach()
-    optimizer_step(optimizer, scaler, raw_model.parameters(), grad_clip)
+    optimizer_step(optimizer, scaler, raw_model.parameters(), grad_clip, opt_step)
     iter_num += 1
     bar.update(1)
     stopping, spent = run.signalled(spent + step.clock() - t_step)  # every process: the same stop and time spent

@@ -196,7 +196,8 @@ class Run:
 
 
 # ----------------------------------------------------------------------------- is this the same run?
-MACHINE_KEYS = ("init_from", "out_dir", "device", "dtype", "compile")  # where and how a run is made, not what it is
+MACHINE_KEYS = ("init_from", "out_dir", "device", "dtype", "compile",  # where and how a run is made, not what it is
+                "compile_mode", "compile_optimizer", "fused_qkv", "sdpa_backend", "fused_loss")
 END_KEYS = ("target_loss", "min_iters", "max_iters", "max_minutes")  # where it ends
 
 

@@ -9,17 +9,24 @@ import torch
 
 from configurator import oneline
 
+# torch.compile's modes: 'default'; 'reduce-overhead' replays CUDA graphs (no launch overhead; GPU only, elsewhere it
+# is 'default'); 'max-autotune' times Triton matmul templates against cuBLAS and fuses epilogues into them, and uses
+# CUDA graphs; 'max-autotune-no-cudagraphs' the same without the graphs. Each is how a step computes, never what.
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
-def compile_model(model, device_type, batch=None, ctx=nullcontext()):
-    """torch.compile. Compiling is lazy, so with a batch (inputs, targets, positions) it is tried at once on one
-    forward and backward: a compiler that is missing or fails is then one line here, and the eager model is
-    returned, instead of a traceback at the first step (torch._dynamo's suppress_errors does not cover a missing
-    C++ compiler). The trial's gradients are dropped; it draws from the RNG (dropout)."""
+
+def compile_model(model, device_type, batch=None, ctx=nullcontext(), mode="default"):
+    """torch.compile (in one of COMPILE_MODES). Compiling is lazy, so with a batch (inputs, targets, positions) it is
+    tried at once on one forward and backward: a compiler that is missing or fails is then one line here, and the
+    eager model is returned, instead of a traceback at the first step (torch._dynamo's suppress_errors does not cover
+    a missing C++ compiler). The trial's gradients are dropped; it draws from the RNG (dropout)."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"compile mode must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
     if device_type == "cpu":  # dropout from ATen's RNG inside compiled graphs: faster steps on CPU
         import torch._inductor.config as inductor_config  # "as": a bare import would make torch local here
 
         inductor_config.fallback_random = True
-    compiled = torch.compile(model)
+    compiled = torch.compile(model, mode=None if mode == "default" else mode)
     if batch is None:
         return compiled
     try:
@@ -36,7 +43,8 @@ def compile_model(model, device_type, batch=None, ctx=nullcontext()):
     return compiled
 
 
-def distribute_and_compile(raw_model, ddp, compile, device_type, local_rank=0, batch=None, ctx=nullcontext()):
+def distribute_and_compile(raw_model, ddp, compile, device_type, local_rank=0, batch=None, ctx=nullcontext(),
+                           mode="default"):
     """(the model to train, its DDP wrapper or None, the model to evaluate). DDP first, then torch.compile, as
     PyTorch advises: DDP's optimizer then splits the compiled graph at the gradient buckets, so that the all-reduce
     overlaps the backward (compiled first, the backward is one node and every bucket waits for its end). Evals run
@@ -46,10 +54,51 @@ def distribute_and_compile(raw_model, ddp, compile, device_type, local_rank=0, b
     ddp_model = DDP(raw_model, device_ids=[local_rank] if device_type == "cuda" else None) if ddp else None
     model = ddp_model or raw_model
     if compile:
-        model = compile_model(model, device_type, batch, ctx)
+        model = compile_model(model, device_type, batch, ctx, mode)
     if not ddp:
         return model, None, model
     return model, ddp_model, torch.compile(raw_model) if model is not ddp_model else raw_model
+
+
+# A compiled AdamW takes the capturable form, which divides by the step size (lr / (1 - beta1^t)): at lr 0 (the first
+# warm-up step) a parameter with a zero gradient becomes 0 / 0 = NaN (seen on a CPU, PyTorch 2.13; the GPU's foreach
+# capturable form divides likewise). Its lr is therefore at least this: float32 holds every quotient that follows
+# (an overflow is an infinite denominator, an update of 0), the moments are updated as at lr 0, and the update rounds
+# to nothing, so that the parameters stay as at lr 0 (tests/test_step.py).
+TENSOR_LR_MIN = 1e-30
+
+
+def prepare_optimizer(optimizer, device_type, compiled=False, mode="default"):
+    """The function that steps `optimizer` (an AdamW of Bert.configure_optimizers), called after a resumed run's
+    optimizer state is loaded (load_state_dict takes the saved groups' settings, which may be another run's):
+    - not compiled: optimizer.step, the fused AdamW (one kernel for all tensors; CPU and CUDA), lr a float;
+    - compiled (PyTorch's recipe "Compiling the optimizer"): torch.compile around optimizer.step, over the foreach
+      implementation (capturable on a GPU: its step counts on the device), which inductor fuses into a few kernels;
+      each group's lr a 0-dim tensor that `schedule` fills in place (a float is a constant of the graph: a new
+      graph for every new value). With a mode that uses CUDA graphs, the step is replayed as one too.
+    The same arithmetic either way (AdamW with float32 master weights); the order of roundings may differ."""
+    cuda, fused = device_type == "cuda", device_type in ("cuda", "cpu")
+    for group in optimizer.param_groups:
+        lr = float(group["lr"])
+        if compiled:
+            device = group["params"][0].device if cuda else "cpu"
+            group.update(fused=False, foreach=cuda, capturable=cuda,
+                         lr=torch.tensor(max(lr, TENSOR_LR_MIN), device=device))
+        else:
+            group.update(fused=fused, foreach=None, capturable=False, lr=lr)
+        for p in group["params"]:  # step counts live where the implementation reads them
+            state = optimizer.state.get(p)
+            if state and "step" in state:
+                on_device = group["fused"] or group["capturable"]
+                state["step"] = state["step"].to(p.device if on_device else "cpu", torch.float32)
+    if not compiled:
+        return optimizer.step
+    graphs = mode in ("reduce-overhead", "max-autotune")
+
+    @torch.compile(mode="reduce-overhead" if graphs else None)
+    def step():
+        optimizer.step()
+    return step
 
 
 def linear_schedule(step, lr, warmup, total, decay=True):
@@ -73,18 +122,25 @@ def progress(step, spent, total, minutes=0.0):
 
 def schedule(optimizer, step, lr, warmup, total, decay=True):
     """Sets the learning rate of `step` (linear_schedule) in every parameter group, times the group's own lr_scale if
-    it has one; returns it."""
+    it has one (in place where it is a tensor: a compiled optimizer's); returns it."""
     lr = linear_schedule(step, lr, warmup, total, decay)
     for group in optimizer.param_groups:
-        group["lr"] = lr * group.get("lr_scale", 1.0)
+        if torch.is_tensor(group["lr"]):
+            group["lr"].fill_(max(lr * group.get("lr_scale", 1.0), TENSOR_LR_MIN))
+        else:
+            group["lr"] = lr * group.get("lr_scale", 1.0)
     return lr
 
 
-def optimizer_step(optimizer, scaler, params, grad_clip):
-    """Unscale (fp16), clip, step (the scaler skips a step whose gradients overflowed), zero the gradients."""
+def optimizer_step(optimizer, scaler, params, grad_clip, step=None):
+    """Unscale (fp16), clip, step (the scaler skips a step whose gradients overflowed), zero the gradients. step: the
+    function prepare_optimizer returned (a compiled one runs where no GradScaler is in use)."""
     if grad_clip:
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(params, grad_clip)
-    scaler.step(optimizer)
+    if step is not None and not scaler.is_enabled():
+        step()
+    else:
+        scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)

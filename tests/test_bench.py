@@ -1,10 +1,16 @@
 """bench.py: it runs and prints its tables at a tiny shape (and the profile's categories); bad options are one line."""
 import json
+import os
 
 import pytest
 
 from conftest import run_script
 
+try:
+    import transformers  # noqa: F401  (not a requirement of the project: Hugging Face's rows need it)
+    HAVE_HF = True
+except ImportError:
+    HAVE_HF = False
 
 
 def bench(*args):
@@ -126,3 +132,145 @@ def test_matmuls_alone_reads_a_profile_with_or_without_strides_and_dtypes(monkey
     assert flops == 2 * (2 * 4 * 8 * 16) + 2 * 4 * 8 * 16 and seconds > 0
     assert made == [((4, 8), (8, 1), torch.float32), ((8, 16), (16, 1), torch.float32),
                     ((16,), (1,), torch.bfloat16), ((4, 8), (8, 1), torch.bfloat16), ((8, 16), (1, 8), torch.bfloat16)]
+
+
+def test_the_json_names_the_run_and_every_rows_levers(tmp_path):
+    """--json (issue #54): the device, torch, date and shape, the matmul peak measured in the run, the SDPA kernels
+    alone (--attention_kernels), and per row its model, mode, dtype, every lever's setting, tokens per optimizer step
+    (batch x accum x T), ms/step, tokens/s and MFU, at its own FLOPs and at original BERT's (the same for every row
+    of one shape and batch), the categories of --profile; NaN never (JSON has none)."""
+    specs = ["original", "original+fused_qkv+fused_loss+sdpa_backend=math", "pairwise+batch_size=4+accum=2",
+             "original+vocab_size=576+attention_dropout=0.0"]
+    p = bench(*TINY, "--dtypes=float32", "--seq_lens=", f"--attention_types={','.join(specs)}", "--peak_flops=1e12",
+              f"--hf_modes={'eager,eager+vocab_size=576' if HAVE_HF else ''}", "--attention_kernels", "--profile",
+              "--profile_steps=1", f"--json={tmp_path}/run.json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    text = (tmp_path / "run.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    run = json.loads(text)
+    assert run["device"].startswith("CPU") and run["torch"] and run["date"].startswith("20")
+    assert run["shape"] == {"n_layer": 1, "n_head": 2, "n_embd": 32, "n_inner": 64, "block_size": 32, "batch_size": 2,
+                            "vocab_size": 512, "mask_prob": 0.15}
+    assert run["matmul_peak_flops_per_s"]["float32"] > 0 and run["datasheet_peak_flops_per_s"] == {"float32": 1e12}
+    assert run["skipped"] == [] and run["failed"] == [] and "--attention_kernels" in run["command"]
+    assert run["attention_kernels"]["math, dropout 0.1"]["fwd_bwd_ms"] > 0
+    assert "error" in run["attention_kernels"]["cudnn, dropout 0.1"]  # no cuDNN on a CPU: said, not fatal
+    rows = run["rows"]
+    assert [r["spec"] for r in rows] == (["eager", "eager+vocab_size=576"] if HAVE_HF else []) + specs
+    assert [r["model"] for r in rows[-4:]] == ["ours-original", "ours-original", "ours-pairwise", "ours-original"]
+    for r in rows:
+        assert r["dtype"] == "float32" and r["mode"] == "eager" and r["ms_per_step"] > 0
+        s = r["settings"]
+        assert set(s) == {"sub_ln", "attention_dropout", "fused_qkv", "fused_loss", "sdpa_backend", "compile_mode",
+                          "compile_optimizer", "vocab_size", "batch_size", "accum"}
+        assert r["tokens_per_step"] == s["batch_size"] * s["accum"] * 32
+        assert r["tokens_per_s"] == pytest.approx(r["tokens_per_step"] / r["ms_per_step"] * 1e3)
+        assert r["mfu"] == pytest.approx(r["flops_per_step"] / r["ms_per_step"] * 1e3 / 1e12)
+        assert r["mfu_bert"] == pytest.approx(r["flops_per_step_bert"] / r["ms_per_step"] * 1e3 / 1e12)
+        assert r["of_peak"] > 0 and r["build_s"] > 0 and sum(r["ms_by_category"].values()) > 0
+    base, fused, big, padded = rows[-4:]
+    assert fused["settings"] | {"fused_qkv": False, "fused_loss": False, "sdpa_backend": "auto"} == base["settings"]
+    assert big["tokens_per_step"] == 4 * base["tokens_per_step"] == 256
+    assert big["flops_per_step_bert"] == pytest.approx(4 * base["flops_per_step_bert"])
+    assert padded["settings"]["vocab_size"] == 576 and padded["settings"]["attention_dropout"] == 0.0
+    assert padded["flops_per_step"] > base["flops_per_step"] == base["flops_per_step_bert"]  # the padding's FLOPs
+    assert padded["flops_per_step_bert"] == base["flops_per_step_bert"]  # are no part of the comparable count
+    assert "attention_math" in base["attention_op"]  # dropout 0.1 on a CPU: the math kernel
+    if HAVE_HF:  # HF's vocabulary head runs at every position: its own count is larger, the comparable one the same
+        assert rows[0]["model"] == "hf" and rows[0]["flops_per_step"] > rows[0]["flops_per_step_bert"]
+        assert rows[0]["flops_per_step_bert"] == base["flops_per_step_bert"]
+    assert run["ms_per_step"] == {r["spec"]: r["ms_per_step"] for r in rows if r["model"] != "hf"}
+    n = len(rows) - 1  # the printed table of the levers, big's row
+    assert f"| #{n} | ours, pairwise+batch_size=4+accum=2 | float32 | eager | 256 | {big['mfu_bert']:.1%} |" in p.stdout
+
+
+def test_rows_past_the_build_budget_are_skipped_and_a_failing_row_is_left_out(monkeypatch):
+    """build_rows: a row not started within build_budget is skipped, one that raises (a kernel that cannot take the
+    input, out of memory) is reported and the others are built; a row with a compile_mode is compiled in that mode,
+    its optimizer too with compile_optimizer (both recorded here, not run: compiling is the GPU's part)."""
+    import bench as b
+
+    for k, v in dict(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=512, block_size=32, batch_size=2,
+                     modes="eager", hf_modes="", warmup=1, steps=1, repeats=1, build_budget=45.0).items():
+        monkeypatch.setattr(b, k, v)
+    monkeypatch.setattr(b, "attention_types", "original,original+sdpa_backend=cudnn,"
+                        "original+compile_mode=reduce-overhead+compile_optimizer,symmetric,pairwise")
+    ticks = iter(range(0, 1000, 10))
+    monkeypatch.setattr(b, "clock", lambda: next(ticks))  # 10 s per look: the 5th row starts at 50 s > 45
+    compiled = []
+    monkeypatch.setattr(b, "compile_model", lambda m, dt, mode="default": compiled.append(("model", mode)) or m)
+    real_prepare, real_ours = b.prepare_optimizer, b.ours
+    monkeypatch.setattr(b, "prepare_optimizer", lambda opt, dt, c=False, mode="default": compiled.append(
+        ("optimizer", c, mode)) or real_prepare(opt, dt, False, mode))
+
+    def ours(head, T=None, settings=None):
+        if settings["sdpa_backend"] == "cudnn":
+            raise RuntimeError("No available kernel. Aborting execution.")
+        return real_ours(head, T, settings)
+    monkeypatch.setattr(b, "ours", ours)
+    skipped, failed = [], []
+    rows = b.build_rows(b.plan_rows(["float32"]), None, skipped, failed)
+    assert [r.spec for r in rows] == ["original", "original+compile_mode=reduce-overhead+compile_optimizer",
+                                      "symmetric"]
+    assert rows[1].mode == "reduce-overhead" and ("model", "reduce-overhead") in compiled
+    assert ("optimizer", True, "reduce-overhead") in compiled and ("optimizer", False, "default") in compiled
+    assert failed == [{"row": "ours, original+sdpa_backend=cudnn, float32, eager",
+                       "why": "RuntimeError: No available kernel. Aborting execution."}]
+    assert skipped == [{"row": "ours, pairwise, float32, eager", "why": "the build budget (45 s) was spent"}]
+
+
+@pytest.mark.parametrize("bad,msg", [("--attention_types=original+fast", "unknown row setting 'fast'"),
+                                     ("--attention_types=original+batch_size=x", "batch_size must be int"),
+                                     ("--attention_types=original+sdpa_backend=fa3", "sdpa_backend 'fa3' (one of"),
+                                     ("--attention_types=original+compile_mode=fast", "compile_mode 'fast' (one of"),
+                                     ("--attention_types=original+vocab_size=100", "vocab_size must be the run's"),
+                                     ("--hf_modes=eager+fused_qkv", "unknown row setting 'fused_qkv'"),
+                                     ("--hf_modes=eager+compile_mode=max-autotune", "is run eagerly"),
+                                     ("--build_budget=-1", "build_budget and profile_steps >= 0")])
+def test_bad_row_settings_are_one_line(bad, msg):
+    p = bench(bad)
+    assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr[-1000:]
+
+
+def test_a_sigterm_while_rows_are_built_reports_the_rows_built(tmp_path):
+    """A time limit (timeout's SIGTERM) while the rows are built: no more rows are built, those built are timed and
+    written to the JSON, the rest named as stopped; the run exits 0."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT
+
+    specs = ",".join(["original", "symmetric", "pairwise", "original+fused_qkv", "pairwise+fused_qkv"] * 4)
+    p = subprocess.Popen([sys.executable, "bench.py", *TINY, "--hf_modes=", "--seq_lens=", "--dtypes=float32",
+                          f"--attention_types={specs}", f"--json={tmp_path}/run.json"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ,
+                                                                                        "OMP_NUM_THREADS": "1"})
+    lines = []
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        lines.append(line)
+        if line.startswith("  ready:") and sum(x.startswith("  ready:") for x in lines) == 2:
+            p.send_signal(signal.SIGTERM)
+            break
+    out, err = p.communicate(timeout=240)
+    assert p.returncode == 0, err[-2000:]
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert 2 <= len(run["rows"]) < 20 and len(run["rows"]) + len(run["skipped"]) == 20 and run["failed"] == []
+    assert all("stopped (SIGTERM)" in s["why"] for s in run["skipped"])
+    assert all(r["ms_per_step"] > 0 for r in run["rows"])
+
+
+def test_sdpa_backend_fastest_is_the_fastest_kernel_that_ran():
+    import bench as b
+
+    kernels = {"auto, dropout 0.1": {"fwd_bwd_ms": 3.0}, "cudnn, dropout 0.1": {"fwd_bwd_ms": 2.0},
+               "flash, dropout 0.1": {"fwd_bwd_ms": 3.0}, "efficient, dropout 0.1": {"error": "No available kernel"},
+               "math, dropout 0.1": {"fwd_bwd_ms": 1.0},  # never picked: it is what the fused kernels replace
+               "auto, dropout 0.0": {"fwd_bwd_ms": 2.5}, "cudnn, dropout 0.0": {"error": "x"},
+               "flash, dropout 0.0": {"fwd_bwd_ms": 2.0}}
+    assert b.fastest_backend(kernels, None) == b.fastest_backend(kernels, 0.1) == "cudnn"
+    assert b.fastest_backend(kernels, 0.0) == "flash"
+    assert b.fastest_backend({"cudnn, dropout 0.1": {"error": "x"}}, None) == "auto"

@@ -63,6 +63,27 @@ def test_exported_masked_lm_gives_our_logits(tmp_path, attention_type, score_sca
     torch.testing.assert_close(b[mask.bool()], a[mask.bool()], atol=tol, rtol=tol)  # padded rows mean nothing
 
 
+@pytest.mark.parametrize("attention_type", ["original", "pairwise"])
+def test_fused_qkv_and_attention_dropout_export_exactly(tmp_path, attention_type):
+    """A model run with fused_qkv (set_kernels) has the same state dict, so the same export: the stock model gives its
+    logits in float64; attention_dropout reaches config.json, apart from the hidden states' dropout."""
+    from model import set_kernels
+
+    torch.manual_seed(2)
+    ours = perturbed(Bert(BertConfig(**TINY, attention_type=attention_type, attention_dropout=0.0))).double()
+    set_kernels(ours, fused_qkv=True)
+    out = write_export({"model": ours.state_dict(), "model_args": vars(ours.config), "iter_num": 0}, tmp_path / "hf")
+    cfg = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert cfg["attention_probs_dropout_prob"] == 0.0 and cfg["hidden_dropout_prob"] == 0.1
+    hf = transformers.AutoModelForMaskedLM.from_pretrained(out, dtype=torch.float64).eval()
+    idx, mask, types = inputs()
+    with torch.no_grad():
+        a = ours(idx, attention_mask=mask, token_type_ids=types)[0]
+        b = hf(input_ids=idx, attention_mask=mask, token_type_ids=types).logits
+    torch.testing.assert_close(b[mask.bool()], a[mask.bool()], atol=1e-10, rtol=1e-10)
+    assert hf.config.attention_probs_dropout_prob == 0.0
+
+
 @pytest.mark.parametrize("attention_type,step", [("original", 3), ("original", 8), ("symmetric", 3), ("pairwise", 20)])
 def test_a_heat_treated_checkpoint_exports_the_multiplier_it_is_at(tmp_path, attention_type, step):
     """Heat treatment: a checkpoint during the anneal exports its current multiplier; after it (step >= 8), the

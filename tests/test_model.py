@@ -547,3 +547,145 @@ def test_heat_treatment_compiles_once():
             model.anneal_scores(step)
             torch.testing.assert_close(compiled(idx), model.encoder(idx))
     assert frames["ok"] - before == 1, dict(frames)  # one compiled frame: no recompilation per value
+
+
+# ---- How it computes, never what: the speed settings (set_kernels) and attention_dropout (issue #54) --------------
+from model import mlm_loss, set_kernels  # noqa: E402
+
+
+def one_step_grads(model, idx, targets, pos):
+    model.zero_grad(set_to_none=True)
+    loss = model(idx, targets, pos)[1]
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("attention_type", ["original", "symmetric", "pairwise", "hybrid"])
+def test_fused_qkv_is_the_unfused_model_in_float64(attention_type):
+    """One matmul against the concatenated projections: the same loss and the same gradient for every parameter
+    (float64: rounding apart), with the parameters, their names and shapes (checkpoints, the export) unchanged."""
+    model = tiny(attention_type, hybrid_pattern="original,pairwise").double().eval()  # eval: no dropout draws
+    perturb_(model)
+    idx = torch.randint(0, 93, (3, 17))
+    targets = torch.where(torch.rand(3, 17) < 0.3, idx, -100)
+    pos = (targets.view(-1) != -100).nonzero().squeeze(1)
+    keys = list(model.state_dict())
+    ref = one_step_grads(model, idx, targets, pos)
+    got = one_step_grads(set_kernels(model, fused_qkv=True), idx, targets, pos)
+    assert all(a.fused_qkv for a in model.modules() if hasattr(a, "fused_qkv")) and list(model.state_dict()) == keys
+    torch.testing.assert_close(got[0], ref[0], rtol=1e-12, atol=0)
+    assert got[1].keys() == ref[1].keys() and len(ref[1]) == sum(1 for _ in model.parameters())
+    for name in ref[1]:
+        torch.testing.assert_close(got[1][name], ref[1][name], rtol=1e-10, atol=1e-14, msg=name)
+    with torch.no_grad():  # the encoder alone, with padding, and the diagnostics' scores
+        mask = torch.ones(3, 17, dtype=torch.long)
+        mask[1, 9:] = 0
+        a = model.encoder(idx, mask)
+        b = set_kernels(model).encoder(idx, mask)
+    torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_the_fused_loss_is_cross_entropy():
+    """mlm_loss: logsumexp minus the target's logit, with ignore_index=-100: F.cross_entropy's value and gradient, to
+    float32 rounding (both compute in float32, whatever the logits' dtype), and in the model with
+    set_kernels(fused_loss=True)."""
+    g = torch.Generator().manual_seed(3)
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        logits = (4 * torch.randn(50, 301, generator=g)).to(dtype).requires_grad_()
+        targets = torch.randint(0, 301, (50,), generator=g)
+        targets[::7] = -100
+        ref = F.cross_entropy(logits.float(), targets, ignore_index=-100)
+        got = mlm_loss(logits, targets)
+        assert got.dtype == ref.dtype == torch.float32
+        torch.testing.assert_close(got, ref, rtol=1e-6, atol=0)
+        g_ref, = torch.autograd.grad(ref, logits)
+        g_got, = torch.autograd.grad(got, logits)
+        assert g_got.dtype == dtype  # bf16 gradients round alike: within one bf16 step of the largest
+        torch.testing.assert_close(g_got, g_ref, rtol=1e-5, atol=1e-8 if dtype != torch.bfloat16 else 2e-5)
+    model = tiny("pairwise").eval()
+    idx = torch.randint(0, 93, (2, 16))
+    targets = torch.where(torch.rand(2, 16) < 0.3, idx, -100)
+    targets[0, 0] = -100
+    pos = torch.tensor([0, 3, 5, 17, 20])  # a fixed count, as the dataloader gives; position 0 predicts nothing
+    with torch.no_grad():
+        ref = model(idx, targets, pos)[1]
+        got = set_kernels(model, fused_loss=True)(idx, targets, pos)[1]
+    torch.testing.assert_close(got, ref, rtol=1e-6, atol=0)
+
+
+def test_attention_dropout_follows_dropout_unless_set():
+    """attention_dropout: None (the default, and every checkpoint made before it) is dropout's 0.1, as in the paper;
+    set, it drops the attention probabilities alone, the hidden states' dropout staying."""
+    assert BertConfig().attn_dropout() == 0.1 and BertConfig(dropout=0.0).attn_dropout() == 0.0
+    for att, want in ((None, 0.1), (0.0, 0.0), (0.3, 0.3)):
+        model = tiny("original", attention_dropout=att)
+        assert model.encoder.layers[0].attn.dropout == want and model.encoder.layers[0].drop.p == 0.1
+        assert model.encoder.drop.p == 0.1
+    with pytest.raises(ValueError, match="attention_dropout"):
+        BertConfig(attention_dropout=1.0)
+    model = tiny("original", attention_dropout=0.0, dropout=0.0).train()  # no dropout anywhere: train == eval
+    idx = torch.randint(0, 93, (2, 16))
+    a = model.encoder(idx)
+    torch.testing.assert_close(a, model.eval().encoder(idx))
+    model = tiny("original", attention_dropout=0.5, dropout=0.0).train()  # attention's alone: train != eval
+    assert (model.encoder(idx) - model.eval().encoder(idx)).abs().max() > 1e-3
+
+
+def test_sdpa_backend_math_is_applied_on_a_cpu_and_the_others_are_no_ops():
+    """sdpa_backend pins SDPA's kernel on a GPU; on a CPU only 'math' is applied (checked by the ATen ops a step runs,
+    compiled too: torch.compile honours the pinning inside the forward), and every choice gives the same output."""
+    from torch.profiler import profile
+
+    def ops(model, compiled=False):
+        fn = torch.compile(model, backend="aot_eager") if compiled else model
+        idx = torch.randint(0, 93, (2, 16), generator=torch.Generator().manual_seed(0))
+        with profile() as prof:
+            out = fn.encoder(idx) if not compiled else fn(idx)[0]
+            out.sum().backward()
+        return {e.name for e in prof.events()}, out.detach()
+
+    model = tiny("symmetric").eval()
+    auto, ref = ops(model)
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in auto
+    for name in ("cudnn", "flash", "efficient"):
+        names, out = ops(set_kernels(model, sdpa_backend=name))
+        assert "aten::_scaled_dot_product_attention_math" not in names
+        torch.testing.assert_close(out, ref)
+    names, out = ops(set_kernels(model, sdpa_backend="math"))
+    assert "aten::_scaled_dot_product_attention_math" in names and not any("flash" in n for n in names)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    names, _ = ops(model, compiled=True)
+    assert "aten::_scaled_dot_product_attention_math" in names and not any("flash" in n for n in names)
+    with pytest.raises(ValueError, match="sdpa_backend must be one of auto, cudnn"):
+        set_kernels(model, sdpa_backend="fa3")
+
+
+@pytest.mark.parametrize("fused_loss", [False, True])
+def test_no_float32_copy_of_the_logits_in_a_compiled_bf16_step(fused_loss):
+    """What inductor writes for a compiled bf16 step (its CPU code): the (n, vocab) logits and their gradient in bf16,
+    no float32 buffer of that size, with F.cross_entropy(logits.float()) as with mlm_loss (the issue's premise of a
+    float32 copy holds eagerly, not compiled)."""
+    import re
+
+    import torch._inductor.config as inductor_config
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    V = 1031  # a width nothing else in the graph has
+    torch.manual_seed(0)
+    model = set_kernels(Bert(BertConfig(**{**TINY, "vocab_size": V, "n_layer": 1})), fused_loss=fused_loss)
+    idx = torch.randint(0, V, (2, 32))
+    targets = torch.where(torch.rand(2, 32) < 0.3, idx, -100)
+    pos = (targets.view(-1) != -100).nonzero().squeeze(1)
+    compiled = torch.compile(model)
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = compiled(idx, targets, pos)[1]
+        loss.backward()
+
+    with inductor_config.patch(fallback_random=True):
+        _, codes = run_and_get_code(step)
+    shapes = re.findall(rf"empty_strided\w*\(\((\d+), {V}\), \({V}, 1\), torch\.(\w+)\)", "\n".join(codes))
+    assert all(dtype == "bfloat16" for _, dtype in shapes), shapes  # no float32 buffer of the vocabulary's width
+    assert [rows for rows, _ in shapes].count(str(len(pos))) == 2, shapes  # the logits and their gradient

@@ -52,3 +52,83 @@ def test_compiling_for_a_gpu_works_where_the_cpu_path_sets_inductor_options(monk
     monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(m) or m)
     raw = Bert(BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=97, block_size=16))
     assert compile_model(raw, "cuda") is raw and compile_model(raw, "cpu") is raw and seen == [raw, raw]
+
+
+def test_compile_model_passes_the_mode_and_refuses_an_unknown_one(monkeypatch):
+    from lib.step import COMPILE_MODES, compile_model
+
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(kw.get("mode")) or m)
+    raw = Bert(BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=97, block_size=16))
+    for mode in COMPILE_MODES:
+        compile_model(raw, "cuda", mode=mode)
+    assert seen == [None, "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+    with pytest.raises(ValueError, match="compile mode must be one of default, reduce-overhead"):
+        compile_model(raw, "cuda", mode="fast")
+
+
+def test_the_compiled_optimizer_step_is_adamw_follows_the_schedule_and_compiles_once():
+    """prepare_optimizer(compiled=True): torch.compile around AdamW's step (the foreach form, lr a tensor filled in
+    place by schedule): the same parameters as the eager fused AdamW to float32 rounding over steps whose learning
+    rate changes each time, with one graph for all of them; and a state saved by either loads into the other."""
+    from lib.step import prepare_optimizer, schedule
+
+    torch._dynamo.reset()
+    frames = torch._dynamo.utils.counters["frames"]
+
+    def run(compiled, steps=4, state=None, seen=None):
+        torch.manual_seed(0)
+        model = Bert(BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=97, block_size=16))
+        opt = model.configure_optimizers(0.01, 1e-2, (0.9, 0.999), 1e-12, "cpu")
+        if state:
+            model.load_state_dict(state[0])
+            opt.load_state_dict(state[1])
+        step = prepare_optimizer(opt, "cpu", compiled)
+        g = torch.Generator().manual_seed(1)
+        for it in range(steps):
+            idx = torch.randint(0, 97, (2, 16), generator=g)
+            schedule(opt, it, 1e-2, 3, 10)  # warm-up from 0 then decay: a new lr every step
+            model(idx, torch.where(torch.rand(2, 16, generator=g) < 0.3, idx, -100))[1].backward()
+            step()
+            opt.zero_grad(set_to_none=True)
+            (seen if seen is not None else []).append(frames["total"])
+        return model, opt
+
+    eager, opt_e = run(False)
+    seen = []
+    compiled, opt_c = run(True, seen=seen)
+    assert all(torch.is_tensor(g["lr"]) and not g["fused"] for g in opt_c.param_groups)
+    assert seen[0] > 0 and seen == seen[:1] * 4, seen  # compiled at the first step, never again as the lr moves
+    assert all(torch.isfinite(p).all() for p in compiled.parameters())  # lr 0 at step 0 (TENSOR_LR_MIN)
+    for (name, a), b in zip(eager.named_parameters(), compiled.parameters()):
+        if name.endswith("key.bias"):  # its gradient is 0 but for rounding (a softmax ignores a shift of a query's
+            continue  # scores), and Adam makes a step of lr out of that noise, whose sign is the rounding's
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5, msg=name)  # 1e-3 of one step (lr 1e-2): rounding, which
+        # Adam's m / sqrt(v) magnifies where a gradient is tiny (seen: 2e-6 on the embedding, 2e-7 on the head's bias)
+    for compiled_then in (False, True):  # a state dict of either form resumes in the other
+        opt = opt_c if not compiled_then else opt_e
+        model, resumed = run(compiled_then, 1, ((compiled if not compiled_then else eager).state_dict(),
+                                                opt.state_dict()))
+        assert all(torch.is_tensor(g["lr"]) == compiled_then and g["fused"] != compiled_then
+                   for g in resumed.param_groups)
+        assert all(s["step"].item() == 5 for s in resumed.state.values())
+
+
+def test_a_compiled_adamw_at_lr_0_leaves_the_parameters_as_the_eager_one_does():
+    """PyTorch's capturable AdamW (what a compiled step runs) divides by the step size: at lr 0 a zero gradient gives
+    0 / 0. With TENSOR_LR_MIN in its place, every parameter and moment is what the eager AdamW leaves at lr 0."""
+    from lib.step import prepare_optimizer, schedule
+
+    torch._dynamo.reset()
+    out = []
+    for compiled in (False, True):
+        p = torch.nn.Parameter(torch.tensor([1.0, -2.0, 3.0, 0.5, 1e6]))
+        opt = torch.optim.AdamW([p], lr=1e-3, eps=1e-12, weight_decay=0.01, fused=True)
+        step = prepare_optimizer(opt, "cpu", compiled)
+        schedule(opt, 0, 1e-3, 10, 100)  # lr 0
+        p.grad = torch.tensor([0.0, 1.0, 1e-30, -1e8, 0.0])
+        step()
+        out.append((p.detach().clone(), opt.state[p]["exp_avg"].clone(), opt.state[p]["exp_avg_sq"].clone()))
+    for a, b in zip(*out):
+        assert torch.equal(a, b), (a, b)
+    assert torch.equal(out[0][0], torch.tensor([1.0, -2.0, 3.0, 0.5, 1e6]))

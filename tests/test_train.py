@@ -57,7 +57,10 @@ def test_loss_falls_for_each_operator(data_dir, tmp_path, attention_type, dtype)
 HEAT = ["--score_scale=8.0", "--score_scale_warmup=12", "--qk_lr_scale=0.5", "--qk_init_scale=2.0"]  # start or step
 
 
-@pytest.mark.parametrize("dtype,extra", [("float32", []), ("bfloat16", []), ("float32", HEAT)])
+FAST = ["--compile_optimizer=True", "--fused_qkv=True", "--fused_loss=True", "--attention_dropout=0.2"]  # issue #54
+
+
+@pytest.mark.parametrize("dtype,extra", [("float32", []), ("bfloat16", []), ("float32", HEAT), ("bfloat16", FAST)])
 def test_exact_resume_after_sigterm(data_dir, tmp_path, dtype, extra):
     args = [*TINY, f"--dataset={data_dir}", "--max_iters=24", "--eval_interval=8", "--dropout=0.1", f"--dtype={dtype}",
             *extra]
@@ -303,6 +306,10 @@ def test_resume_refuses_another_architecture(data_dir, tmp_path):
 @pytest.mark.parametrize("bad,msg", [("--mask_prob=0", "mask_prob must be in (0, 1)"),
                                      ("--mask_prob=0.001", "predicts no token"),
                                      ("--dropout=1.0", "dropout must be in [0, 1)"),
+                                     ("--attention_dropout=1.0", "attention_dropout must be None or in [0, 1)"),
+                                     ("--attention_dropout='x'", "attention_dropout must be None or in [0, 1)"),
+                                     ("--compile_mode=fast", "compile_mode must be one of default, reduce-overhead"),
+                                     ("--sdpa_backend=fa3", "sdpa_backend must be one of auto, cudnn, flash"),
                                      ("--learning_rate=-1e-3", "learning_rate, eps and qk_lr_scale must be > 0"),
                                      ("--qk_lr_scale=0", "learning_rate, eps and qk_lr_scale must be > 0"),
                                      ("--score_scale_warmup=-1", "score_scale_warmup must be >= 0"),
