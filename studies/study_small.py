@@ -40,6 +40,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the
 # studies run from it as `python studies/<study>.py`, and import its scripts and lib/
+from lib import interrupt  # a Ctrl-C during start-up is one line, and stops_cleanly below
 from configurator import check, configure, oneline, read_file, script_defaults
 from finetune_glue import TASKS, damaged, read_tsv, tsv_files
 from lib.dataloader import dataset_dir, fingerprint, load_dataset
@@ -1118,8 +1119,8 @@ def main(given):
 
 
 if __name__ == '__main__':
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background (SIGINT ignored)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a scheduler's stop: the jobs save, then stop too
     given_ = set()
     configure(globals(), given=given_)
-    sys.exit(main(given_))
+    with interrupt.stops_cleanly(WHO, "the running jobs stopped, the finished ones are recorded: the same command "
+                                      "continues where it stopped"):  # in the background too
+        sys.exit(main(given_))
