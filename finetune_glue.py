@@ -10,7 +10,9 @@ lr 1e-5 with 10% linear warm-up then linear decay, weight decay 0, inputs cut to
 and the final model is scored on the dev set(s). Per-task numbers (x100): cola Matthews corr.; sst2, qnli,
 rte accuracy; mrpc, qqp mean(F1, accuracy); stsb mean(Pearson, Spearman); mnli accuracy matched and
 mismatched. GLUE score = plain mean of those 9 numbers, per seed; mean and std over seeds are reported.
-<out_dir>/glue_results.json is rewritten after every (task, seed), so a re-run skips the finished pairs.
+<out_dir>/glue_results.json is rewritten after every (task, seed), so a re-run skips the finished pairs. Results
+name the model they came from (its run id, step and a hash of its weights): another model's, such as one retrained
+at the same path, are refused in one line, never reused (docs/glue.md).
 """
 if __name__ == '__main__':  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
     from lib import interrupt
@@ -50,12 +52,13 @@ learning_rate = 1e-5  # peak, after the linear warm-up; linear decay to 0
 warmup_ratio = 0.1  # fraction of the steps spent warming up
 weight_decay = 0.0  # AdamW
 grad_clip = 1.0  # the Hugging Face Trainer's default max_grad_norm, which the paper's run_glue.py used
-max_seq_len = 128  # [CLS] a [SEP] b [SEP], cut longest first
+max_seq_len = 128  # [CLS] a [SEP] b [SEP], cut longest first; at least 5 (3 for cola and sst2 alone)
 eval_batch_size = 256  # dev-set batch (no gradients)
 length_bucketing = False  # batches of similar lengths: less padding, but not the paper's random batches
 max_train_samples = 0  # > 0: only the first N training rows of each task (smoke runs); 0 = all
 out_dir = 'out-glue'  # glue_results.json (and with save_models, the fine-tuned classifiers) go here
-save_models = False  # keep each fine-tuned classifier as <out_dir>/<task>_s<seed>.pt (export_hf.py exports them)
+save_models = False  # keep each fine-tuned classifier as <out_dir>/<task>_s<seed>.pt (export_hf.py exports them);
+                     # a pair done earlier without its classifier is fine-tuned again
 device = 'cuda' if torch.cuda.is_available() else 'cpu'  # cpu, cuda or cuda:N
 dtype = 'auto'  # float32, bfloat16 or float16; auto = bf16 (fp16 on older GPUs), float32 on a CPU without native bf16
 compile = False  # torch.compile: off, as dynamic padding changes shapes every batch and each (task, seed)

@@ -8,8 +8,8 @@ import datetime
 import json
 import math
 import os
-import re
 import platform
+import re
 import signal
 import subprocess
 import sys
@@ -107,7 +107,6 @@ def run_jobs(todo, at_once, threads, who, may_start=None):  # may_start(job, run
             unlock_dir(job.folder, job_lock(job))
 
 
-# ----------------------------------------------------------------------------- records
 # ----------------------------------------------------------------------------- what a study reads, checked
 # A spec says what a study reads of a file: a kind (KINDS), {key: spec} for an object with those keys (key? when it may
 # be absent, '*' for every key: at least one), [spec] for a list of at least one such item.
@@ -138,13 +137,13 @@ def misfit(value, spec, field=()):
     """(the field, as a tuple of keys, and what is wrong with it) for the first part of value that does not fit spec;
     None if it all does."""
     if isinstance(spec, str):
-        return None if KINDS[spec](value) else (field, f"must be {spec}, got {json.dumps(value)[:40]}")
+        return None if KINDS[spec](value) else (field, f"must be {spec}, got {json.dumps(value, default=repr)[:40]}")
     if isinstance(spec, list):
         if not isinstance(value, list) or not value:
-            return field, f"must be a list of at least one entry, got {json.dumps(value)[:40]}"
+            return field, f"must be a list of at least one entry, got {json.dumps(value, default=repr)[:40]}"
         return next((m for i, v in enumerate(value) if (m := misfit(v, spec[0], field + (i,)))), None)
     if not isinstance(value, dict):
-        return field, f"must be an object, got {json.dumps(value)[:40]}"
+        return field, f"must be an object, got {json.dumps(value, default=repr)[:40]}"
     for key, sub in spec.items():
         name = key.rstrip('?')
         if key == '*' and not value:
@@ -208,6 +207,7 @@ def read_checked(path, spec, who):
     return obj
 
 
+# ----------------------------------------------------------------------------- records
 def read_record(path, who='study'):
     """(head, eval records sorted by step) of a committed pre-training record, head holding the run's config and U;
     None if there is none. A damaged one, or one whose line lacks what a study reads (RECORD_HEAD, EVAL), stops the
@@ -237,9 +237,8 @@ def write_record(path, run, command, u):
     ck = load_checkpoint(os.path.join(run, 'ckpt.pt'))
     settings = ck['config']
     head = {'type': 'config', 'config': settings, 'run_id': ck.get('run_id'), 'unigram_loss': u, 'command': command,
-            'torch': torch.__version__,
-            'machine': f"{platform.machine()}, {os.cpu_count()} cores", 'cpu': cpu_name(), 'commit': code_commit(),
-            'date': datetime.date.today().isoformat()}
+            'torch': torch.__version__, 'machine': f"{platform.machine()}, {os.cpu_count()} cores", 'cpu': cpu_name(),
+            'commit': code_commit(), 'date': datetime.date.today().isoformat()}
     lines = [json.dumps(head)] + [json.dumps({k: round(v, 4) if isinstance(v, float) and k != 'loss' else  # loss
                                                  [round(e, 4) for e in v] if isinstance(v, list) else v  # exact: the
                                               for k, v in r.items()}) for r in read_evals(run)]  # criterion reads it
