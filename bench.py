@@ -163,7 +163,7 @@ def parse_row(spec, heads, whose):
     'ours' or 'hf' (which settings apply); heads: the names allowed before the first '+'."""
     head, *parts = spec.split("+")
     check_names([head], heads, "attention type" if whose == "ours" else "hf mode")
-    settings = {k: default for k, (default, _) in ROW_SETTINGS.items()}
+    settings, given = {k: default for k, (default, _) in ROW_SETTINGS.items()}, {}
     for part in parts:
         key, eq, text = part.partition("=")
         default, models = ROW_SETTINGS.get(key, (None, ""))
@@ -177,7 +177,9 @@ def parse_row(spec, heads, whose):
                 else kind(text)
         except (KeyError, ValueError):
             raise SystemExit(f"bench: row {spec!r}: {key} must be {kind.__name__}, got {text!r}") from None
-        settings[key] = value
+        if key in given:  # which one would the row's name stand for?
+            raise SystemExit(f"bench: row {spec!r} sets {key} twice: give each setting once")
+        settings[key] = given[key] = value
     bad = [f"sdpa_backend {settings['sdpa_backend']!r} (one of {', '.join(SDPA_BACKENDS)}, fastest)"
            ] if settings["sdpa_backend"] not in [*SDPA_BACKENDS, "fastest"] else []
     bad += [f"compile_mode {settings['compile_mode']!r} (one of {', '.join(COMPILE_MODES)})"

@@ -29,6 +29,7 @@ import torch
 
 from lib.checkpoint import load_checkpoint
 from lib.files import atomic_write, locked
+from lib.step import linear_schedule
 from lib.tokenizer import GPT2_PAT_STR, N_GPT2, SPECIAL_TOKENS, get_tokenizer
 from model import BertConfig
 
@@ -159,6 +160,11 @@ def eval_accuracy(ck, source):
     return None
 
 
+def share(x):
+    """A fraction as a percentage, a small one not rounded to 0.0%."""
+    return f"{x:.1%}" if x >= 0.001 or not x else f"{100 * x:.1g}%"
+
+
 def schedule(c, step, spent):
     """The learning rate as the run had it (lib/step.py): by steps, or under a budget (max_minutes) by the fraction of
     it spent, which ends the decay where the budget ran out, not at max_iters."""
@@ -166,15 +172,22 @@ def schedule(c, step, spent):
         c.get("max_minutes", 0)
     decay = c.get("decay_lr", True)
     if not minutes:
-        return f"AdamW at lr {lr} after {warmup} warm-up steps, " + (f"then linear decay to 0 at step {total:,}" if decay
-                                                                    else "then constant")
+        if not step:
+            return "none: no optimizer step was taken, so these are the seed's initial weights"
+        planned = f"AdamW at lr {lr} after {warmup} warm-up steps, " + (
+            f"then linear decay to 0 at step {total:,}" if decay else "then constant")
+        if (step >= total or not decay) and step >= warmup or not isinstance(lr, (int, float)):  # as planned
+            return planned
+        now = linear_schedule(step - 1, lr, warmup, total, decay)  # its last step's (lib/step.py counts from 0)
+        return planned + (f", but it ended at step {step:,}, its last at lr {now:.3g}, "
+                          + ("within the warm-up" if step < warmup else "before the schedule's end"))
     ran_out = spent >= 60 * minutes
     end = (f"then linear decay to 0, reached as the budget ran out at step {step:,}" if ran_out else
            f"then linear decay to 0 as the budget runs out (or at step {total:,}, if sooner)") if decay else \
         "then constant" + (f" until the budget ran out at step {step:,}" if ran_out else "")
     return (f"AdamW at lr {lr} on a budget of {minutes:g} minutes of training steps, its schedule following the "
             f"fraction of the budget spent (or of {total:,} steps, if further): warm-up over the first "
-            f"{warmup / max(total, 1):.1%}, {end}")
+            f"{share(warmup / max(total, 1))}, {end}")
 
 
 def model_card(ck, weights, source=None, out=None):
@@ -268,8 +281,9 @@ for one BPE token (which carries its own leading space). Tokenise with this fold
 - Only the original, symmetric and pairwise operators export: an `additive` or `hybrid` model (HybridBERT), or one \
 with sub-layer LayerNorms, has no stock Hugging Face equivalent and export_hf.py refuses it.
 - {"It was fine-tuned on one GLUE task and scored on its dev set only." if classifier else
-   "It has been pre-trained only: not fine-tuned, and not evaluated on any downstream task; the eval loss above is "
-   "its one measure."}
+   ("It is untrained (0 steps): its weights are the initialisation, not a pre-trained model." if not step else
+    "It has been pre-trained only: not fine-tuned, and not evaluated on any downstream task; the eval loss above is "
+    "its one measure.")}
 """
 
 

@@ -229,7 +229,11 @@ def read_record(path, who='study'):
         if m := misfit(r, spec):
             raise SystemExit(f"{who}: {path}, line {n}: {'.'.join(map(str, m[0])) or 'the line'} {m[1]}: restore "
                              f"it (git checkout {path}) or move it away and run again")
-    return records[0], sorted(records[1:], key=lambda r: r['step'])
+    evals = sorted(records[1:], key=lambda r: r['step'])
+    if (twice := next((a['step'] for a, b in zip(evals, evals[1:]) if a['step'] == b['step']), None)) is not None:
+        raise SystemExit(f"{who}: {path} holds step {twice} twice (which is the run's?): restore it (git checkout "
+                         f"{path}) or move it away and run again")
+    return records[0], evals
 
 
 def write_record(path, run, command, u):

@@ -40,7 +40,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the
 # studies run from it as `python studies/<study>.py`, and import its scripts and lib/
-from lib import interrupt  # a Ctrl-C during start-up is one line, and stops_cleanly below
+if __name__ == '__main__':  # before torch: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 from configurator import check, configure, oneline, read_file, script_defaults
 from finetune_glue import TASKS, damaged, read_tsv, tsv_files
 from lib.dataloader import dataset_dir, fingerprint, load_dataset
@@ -1051,6 +1052,14 @@ class Tee:
         self.stream.flush()
 
 
+def positive(text):
+    """Whether text is a finite number > 0."""
+    try:
+        return 0 < float(text) < math.inf
+    except ValueError:
+        return False
+
+
 def main(given):
     global carry, data_dir, out_dir, records, summary, figures, out, glue_dir, DATA
     if dry:
@@ -1068,7 +1077,12 @@ def main(given):
            "seeds, glue_seeds and seed must be whole numbers"),
           (all(t in TASKS for t in tasks.split(',')), f"tasks must be a comma list of {', '.join(TASKS)}"),
           (jobs >= 1 and threads >= 0 and 0 < budget_s <= stop_s and time_scale > 0,
-           "jobs must be >= 1, threads >= 0, 0 < budget_s <= stop_s, time_scale > 0"))
+           "jobs must be >= 1, threads >= 0, 0 < budget_s <= stop_s, time_scale > 0"),
+          (learning_rate >= 0 and glue_lr >= 0, f"learning_rate and glue_lr must be > 0, or 0 for the pilot's pick, got "
+                                                f"{learning_rate:g} and {glue_lr:g}"),
+          (all(map(positive, (pilot_lrs + ',' + pilot_glue_lrs).split(','))),
+           f"pilot_lrs and pilot_glue_lrs must be comma lists of learning rates > 0, got {pilot_lrs!r} and "
+           f"{pilot_glue_lrs!r}"))
     if unpack:
         return unpack_records(unpack) or 0
     if prepare:
@@ -1121,6 +1135,6 @@ def main(given):
 if __name__ == '__main__':
     given_ = set()
     configure(globals(), given=given_)
-    with interrupt.stops_cleanly(WHO, "the running jobs stopped, the finished ones are recorded: the same command "
-                                      "continues where it stopped"):  # in the background too
-        sys.exit(main(given_))
+    with interrupt.stops_cleanly(WHO, "the running jobs stopped, the finished ones are recorded (and in records.tar): "
+                                      "the same command continues where it stopped"):  # in the background too; SIGTERM
+        sys.exit(main(given_))  # (a scheduler's stop) as well

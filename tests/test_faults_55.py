@@ -196,3 +196,26 @@ def test_1_a_benchmark_step_of_another_model_is_refused_before_any_compute(tmp_p
     one_line_error(run_glue(*args), "step_0000100/glue_results.json holds the results of another model")
     assert (tmp_path / "bench" / "benchmark.json").read_text() == bench and not (tmp_path / "bench" /
                                                                                  "step_0000300").exists()
+
+
+# ---- the third battery (#57): a model card says what ran, a benchmark row what it timed -----------------------------
+def test_57_the_model_card_says_when_a_run_was_untrained_or_cut_short():
+    cfg = BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, block_size=64)
+    config = {"dataset": "builtin", "batch_size": 8, "gradient_accumulation_steps": 1, "learning_rate": 1e-4,
+              "warmup_iters": 10, "decay_lr": True, "max_iters": 400, "max_minutes": 0.0, "dtype": "float32", "seed": 3}
+    ck = {"model": Bert(cfg).state_dict(), "model_args": vars(cfg), "config": config, "iter_num": 79}
+    card = lambda **kw: export_hf.model_card({**ck, **kw}, export_hf.hf_weights(cfg, ck["model"]))
+    assert "then linear decay to 0 at step 400, but it ended at step 79, its last at lr 8.26e-05, before the " \
+           "schedule's end" in card()  # stopped by a signal
+    assert "ended at step 4, its last at lr 3e-08, within the warm-up" in card(
+        iter_num=4, config={**config, "warmup_iters": 10_000, "max_iters": 4})  # never reached its lr
+    untrained = card(iter_num=0, config={**config, "max_iters": 0})
+    assert "no optimizer step was taken" in untrained and "It is untrained" in untrained
+    assert "pre-trained only" not in untrained and "linear decay" not in untrained
+    assert "but it ended" not in card(iter_num=400)  # a whole run: its schedule as it ran
+
+
+def test_57_a_benchmark_row_that_sets_a_key_twice_is_refused():
+    import bench
+    with pytest.raises(SystemExit, match="sets fused_qkv twice"):
+        bench.parse_row("original+fused_qkv+fused_qkv=False", ["original"], "ours")

@@ -127,3 +127,42 @@ def test_6_two_launchers_on_the_same_folders_run_a_job_once(tmp_path, capsys):
     jobs.run_jobs([jobs.Job("job", str(folder), "log.txt", [str(script)], lambda: "recorded", recorded=record.exists)],
                   1, 1, "third")
     assert ran.read_text() == "ran\n" and "job: recorded meanwhile (another third), skipped" in capsys.readouterr().out
+
+
+# ---- the third battery (#57): the third study's runner and the records every study reads ----------------------------
+def test_57_a_record_with_a_step_twice_is_one_line(tmp_path):
+    """Two evals of one step (a hand merge) with other losses: which is the run's is unknown, so the record is refused,
+    not read with one of them (the later one flipped the third study's pilot pick)."""
+    rec = tmp_path / "original_heat_s10.jsonl"
+    shutil.copy(os.path.join(ROOT, "assets", "study", rec.name), rec)
+    lines = rec.read_text().splitlines()
+    last = json.loads(lines[-1])
+    rec.write_text("\n".join(lines + [json.dumps({**last, "loss": last["loss"] - 1})]) + "\n")
+    with pytest.raises(SystemExit, match=rf"{rec} holds step {last['step']} twice .*restore it"):
+        jobs.read_record(str(rec), "study")
+    rec.write_text("\n".join(lines) + "\n")
+    assert jobs.read_record(str(rec), "study")[1][-1]["step"] == last["step"]
+
+
+@pytest.mark.parametrize("arg", ["--pilot_lrs=abc", "--pilot_lrs=-1e-3", "--pilot_glue_lrs=0,1e-4",
+                                 "--learning_rate=-1"])
+def test_57_the_third_studys_learning_rates_are_checked(arg):
+    p = subprocess.run([sys.executable, "studies/study_small.py", arg, "--glue_lr=1e-4", "--phase=pilot",
+                        "--predict=True"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    one_line_error(p, "must be")
+
+
+def test_57_ctrl_c_during_the_third_studys_run_is_one_line(tmp_path):
+    """--dry on the CPU: a Ctrl-C once its run has started ends it with one line and 130, never a traceback."""
+    work = tmp_path / "dry"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "studies/study_small.py", "--dry=True", "--phase=pilot", f"--work={work}"],
+                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log, t0 = work / "out" / "study_small.log", time.monotonic()
+    while not (log.exists() and "study_small: --dry" in log.read_text()) and time.monotonic() - t0 < 60:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (p.returncode, err[-2000:])
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("study_small: interrupted by signal 2")
