@@ -131,6 +131,13 @@ def tokenize_chunk(items, text_field):
     return out
 
 
+def worker_signals():
+    """A Ctrl-C is the main process's alone; the SIGTERM of Pool.terminate (at max_docs, say) ends a worker at once:
+    the main process's handler, inherited by fork, would raise in the worker and could leave terminate waiting."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def in_order(items, n, text_field):
     """Yields tokenize_chunk results in input order, holding at most a few chunks in memory (Pool.imap does
     not: it reads its whole input ahead, which blows up on a large corpus)."""
@@ -138,7 +145,7 @@ def in_order(items, n, text_field):
     if n <= 1:
         yield from (tokenize_chunk(c, text_field) for c in chunks)
         return
-    with Pool(n, signal.signal, (signal.SIGINT, signal.SIG_IGN)) as pool:  # a Ctrl-C is the main process's alone
+    with Pool(n, worker_signals) as pool:
         pending = deque()
         for c in chunks:
             pending.append(pool.apply_async(tokenize_chunk, (c, text_field)))
