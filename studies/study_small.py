@@ -666,12 +666,19 @@ def check_glue():
     if missing:
         raise SystemExit(f"{WHO}: missing GLUE files: {', '.join(missing)}; make {carry}/glue with --prepare=True "
                          "--glue_dir=<GLUE folder> (docs/study_small.md)")
+    for _ in read_glue(glue_dir):
+        pass
+
+
+def read_glue(folder):
+    """(task, path) of every GLUE-4 TSV file in folder, each read once: a malformed one is one line."""
     for t in tasks.split(','):
-        for p in tsv_files(t, glue_dir).values():
+        for p in tsv_files(t, folder).values():
             try:
                 read_tsv(p, t)
             except SystemExit as e:
                 raise SystemExit(f"{WHO}: {e}")
+            yield t, p
 
 
 def prepare_carry(source_data, source_glue):
@@ -704,15 +711,10 @@ def prepare_carry(source_data, source_glue):
             with open(src, 'rb') as f:
                 atomic_write(xz, lambda g: g.write(lzma.compress(f.read(), preset=9 | lzma.PRESET_EXTREME)))
     shutil.copyfile(os.path.join(source_data, 'meta.json'), os.path.join(eng, 'meta.json'))
-    for t in tasks.split(','):
-        for p in tsv_files(t, source_glue).values():
-            try:
-                read_tsv(p, t)
-            except SystemExit as e:
-                raise SystemExit(f"{WHO}: {e}")
-            d = os.path.join(carry, 'glue', TASKS[t].folder)
-            os.makedirs(d, exist_ok=True)
-            shutil.copyfile(p, os.path.join(d, os.path.basename(p)))
+    for t, p in read_glue(source_glue):
+        d = os.path.join(carry, 'glue', TASKS[t].folder)
+        os.makedirs(d, exist_ok=True)
+        shutil.copyfile(p, os.path.join(d, os.path.basename(p)))
     size = lambda d: sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
     parts = [os.path.join(carry, p) for p in ('english', 'glue', 'gpt2')]
     print(f"{WHO}: {carry}/ is ready: " + ', '.join(f"{p} {size(p) / 2 ** 20:.1f} MiB" for p in parts) +
