@@ -170,6 +170,8 @@ if master:
             print(f"note: the {max_iters - iter_num:,} steps to go are {flops:.2g} FLOPs: "
                   f"~{flops / 0.4e12 / 86400:,.0f} days on a CPU at 0.4 TFLOP/s. This config is meant for GPUs; "
                   "config/tiny*.py are the CPU ones", flush=True)
+    if device_type != "cuda" and sdpa_backend not in ("auto", "math"):  # model.set_kernels: a no-op there
+        print(f"note: sdpa_backend={sdpa_backend} is a GPU kernel: on {device_type} PyTorch picks its own", flush=True)
     if compile_optimizer and scaler.is_enabled():
         print("note: compile_optimizer is off under fp16: its GradScaler steps the fused AdamW eagerly", flush=True)
     if warmup_iters > max_iters > 0:

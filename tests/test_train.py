@@ -431,13 +431,16 @@ def run_train_clocked(*args, tick=0.5):
 
 def test_a_gpu_sized_run_on_a_cpu_is_told_so_and_one_minute_is_one(data_dir, tmp_path):
     """A run whose steps would take days on a CPU says so at the start (from the model's FLOPs); a small one does
-    not. A budget of 1 minute is said in the singular."""
+    not. A budget of 1 minute is said in the singular. A GPU attention kernel asked for on a CPU is named as not used."""
     p = run_train_clocked(*TINY, f"--dataset={data_dir}", "--max_iters=1000000000", "--eval_interval=1000",
                           "--max_minutes=1", f"--out_dir={tmp_path}/r", "--device=cpu", tick=30)  # 2 steps
     assert re.search(r"note: the 1,000,000,000 steps to go are \S+ FLOPs: ~[\d,]+ days on a CPU", p.stdout), p.stdout
     assert "budget: 1 minute of training steps" in p.stdout and "its budget of 1 minute spent" in p.stdout
-    p = run_train(*TINY, f"--dataset={data_dir}", "--max_iters=2", f"--out_dir={tmp_path}/s", "--device=cpu")
+    assert "sdpa_backend" not in p.stdout
+    p = run_train(*TINY, f"--dataset={data_dir}", "--max_iters=2", f"--out_dir={tmp_path}/s", "--device=cpu",
+                  "--sdpa_backend=flash")
     assert "days on a CPU" not in p.stdout
+    assert "note: sdpa_backend=flash is a GPU kernel: on cpu PyTorch picks its own" in p.stdout
 
 
 def test_a_time_budget_drives_the_schedule_stops_saves_and_resumes(data_dir, tmp_path):
