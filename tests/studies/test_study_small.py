@@ -288,3 +288,18 @@ def test_bad_inputs_are_one_line(pilot, tmp_path):
 def test_predict_names_the_jobs_and_their_times(pilot):
     out = ok(run(pilot[0], "--phase=calibration", "--predict=True"))
     assert "calib_s1: ~" in out and "(CPU, dry) from its records" in out and "budget_s 240" in out
+
+
+def test_a_refused_prepare_writes_nothing(data_dir, tmp_path):
+    """--prepare checks the corpus and every GLUE-4 file before it writes: a malformed file (RTE is read last) is one
+    line, and no part of <carry>/ is left behind for the device tool to carry."""
+    glue = tmp_path / "glue"
+    ss.toy_glue(str(glue))
+    with open(glue / "RTE" / "dev.tsv", "a") as f:
+        f.write("1\tone\ttwo\tmaybe\n")
+    carry = tmp_path / "carry"
+    args = ["studies/study_small.py", "--prepare=True", f"--carry={carry}", f"--data_dir={data_dir}"]
+    p = subprocess.run([sys.executable, *args, f"--glue_dir={glue}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    one_line_error(p, "bad label 'maybe'")
+    assert not carry.exists()
