@@ -140,3 +140,19 @@ def test_a_moved_command_fails_in_one_line_that_names_the_new_one(old, new):
     """The studies moved to studies/: their old commands (scripts and configs) name the new ones."""
     p = run_script(*old)
     assert p.returncode != 0 and new in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_ci_installs_and_runs_the_readmes_test_command():
+    """.ci/run installs the packages the README's test command names and runs its pytest line, so that the two
+    cannot drift apart (CI runs what a newcomer is told to run)."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    with open(os.path.join(ROOT, ".ci", "run")) as f:
+        ci = f.read()
+    block = readme.split("Run the tests")[1].split("```bash\n")[1].split("```")[0].replace("\\\n", " ")
+    installs, _, pytest_line = block.partition("python -m pytest")
+    assert f"python3 -m pytest {pytest_line.strip()}\n" in ci, (pytest_line, ci)
+    ci_installs = {w for line in ci.splitlines() if "pip install" in line for w in line.split("#")[0].split()}
+    for package in installs.split():
+        if not package.startswith("-") and package not in ("pip", "install", "&&", "requirements.txt"):
+            assert package in ci_installs, package
