@@ -1,6 +1,7 @@
 # The laptop study's runner settings (docs/study_laptop.md): studies/study_small.py on this machine's CPU, one job
 # at a time, each from a clone of one commit, within a deadline (--hours):
 #     python studies/study_small.py studies/config/study_laptop.py --phase=pilot --glue_dir=<GLUE> --hours=2.5
+# (out_dir holds the runs' checkpoints for the later jobs and calls: put it where the machine keeps it)
 base = 'studies/config/laptop.py'
 device = 'cpu'
 clone = True
@@ -21,7 +22,7 @@ points = '3.125M,6.25M,12.5M,25M,50M'
 calib_tasks = 'stsb,sst2'
 init_own_lr = True
 glue_seeds = '1,2,3'
-glue_args = '--max_train_samples=10000 --dtype=bfloat16'  # SST-2 cut to its first 10,000 rows, as in study_glue
+glue_args = '--max_train_samples=10000'  # SST-2 cut to its first 10,000 rows, as in study_glue; dtype auto
 out_dir = 'out/study_laptop'
 records = 'assets/study_laptop'
 summary = 'assets/study_laptop.json'
