@@ -137,6 +137,7 @@ DRY = {  # what --dry sets, unless given
     'arms': 'original,pairwise', 'seeds': '2,3', 'tokens': '2048', 'jobs': 2,
     'glue_args': '--max_train_samples=16 --epochs=1 --batch_size=4 --max_seq_len=64 --dtype=float32 --device=cpu',
     'budget_s': 240.0, 'stop_s': 300.0}
+MIN_CPU_S = 600.0  # device=cpu: a pre-training starts if this much of its training fits before the deadline
 CLEAR = 0.975  # a gain is clear when the one-sided 97.5% bound of (snapshot - untrained) lies above 0
 DIVERGED = re.compile(r"loss is -?(nan|inf)|non-finite|not finite")  # a run that diverged: train.py's last line
 RECORD_NAME = re.compile(r'[A-Za-z0-9_.+-]+\.jsonl?')
@@ -505,7 +506,10 @@ class Runner:
                      (x.owner == s.name and (not self.overlap or x.step == s.step) or
                       not self.overlap and x.owner in self.finished)]
             tail = math.ceil(len(after) / jobs) * estimate(after[0], self.t, False) if after else 0.0
-        if now + est + tail > budget_s:
+        need = est + tail
+        if s.kind == 'pretrain' and device == 'cpu':  # its checkpoint stays here: a run longer than a call starts if
+            need = min(need, time_scale * (self.t['fixed_warm'] + MIN_CPU_S))  # some training fits (cut, resumed)
+        if now + need > budget_s:
             return self.drop(s, f"~{est + tail:.0f} s estimated, {max(0.0, budget_s - now):.0f} s left")
         self.started[s.name] = (time.time(), len(running), cold)
         self.compiled |= cold

@@ -1,7 +1,7 @@
 # The laptop study (docs/study_laptop.md; studies/study_small.py with studies/config/study_laptop.py runs it on this
 # machine's CPU): a 4-layer, 256-wide BERT (4 heads of d = 64, 1,024 inner; 16.2M parameters, 12.9M of them the
 # 50,304-token GPT-2 embedding) on the english corpus (python prepare_oscar.py --source=english, 34.7M train tokens),
-# 32 x 128 tokens per step, bf16 where the CPU has it (float32 elsewhere: emulated bf16 is ~2.6x slower), compiled. The paper's schedule shape: linear warm-up over
+# 32 x 128 tokens per step, float32, compiled. The paper's schedule shape: linear warm-up over
 # the first 5% of the steps, then linear decay to 0 at the last step. The runner sets max_iters, warmup_iters,
 # learning_rate, dropout and checkpoint_interval for each phase; the values below are the calibration's at 50M tokens,
 # for a plain `python train.py studies/config/laptop.py`.
@@ -20,7 +20,7 @@ eval_iters = 32  # 1,024 held-out blocks (131k tokens, ~20k predicted), the same
 log_interval = 64
 save_interval = 512  # ckpt.pt every ~5 minutes: a run cut by the deadline or a signal resumes from it
 checkpoint_interval = 768  # model-only snapshots every 3.1M tokens: the calibration's token points
-dtype = "auto"  # bf16 on a CPU with avx512_bf16 or AMX, float32 elsewhere: each record names it
+dtype = "float32"  # one precision for the whole study, on any CPU (emulated bf16 is slower; native bf16 faster)
 compile = True
 device = "cpu"
 seed = 1
