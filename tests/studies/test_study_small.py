@@ -8,9 +8,11 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 
 import numpy as np
 import pytest
@@ -216,9 +218,9 @@ def test_the_calibration_summary_by_hand(monkeypatch):
     g1, g2 = (x["glue4"] for x in c["gain"])
     assert g1["diff"] == pytest.approx(2.0) and g1["half95"] == pytest.approx(half) and not g1["clear"]
     assert g2["diff"] == pytest.approx(10.0) and g2["clear"]
-    assert c["first_clear"]["glue4"] == {"tokens": 3072, "diff": pytest.approx(10.0)}
+    assert c["first_clear"]["glue4"] == {"tokens": 3072, "diff": pytest.approx(10.0), "train_hours": None}
     assert c["plateau_exit_step"] == 4 and c["final"]["mlm_loss"] == 4.0  # 10 - step <= 7.5 - 0.7
-    assert c["seeds_for_delta"]["2"] == math.ceil(((1.96 + 0.84) * sd * math.sqrt(2 / 2) / 2) ** 2 + 2)
+    assert c["seeds_for_delta"]["glue4"]["2"] == math.ceil(((1.96 + 0.84) * sd * math.sqrt(2 / 2) / 2) ** 2 + 2)
 
 
 def test_the_comparison_per_arm(pilot, tmp_path):
@@ -303,3 +305,149 @@ def test_a_refused_prepare_writes_nothing(data_dir, tmp_path):
                        timeout=300)
     one_line_error(p, "bad label 'maybe'")
     assert not carry.exists()
+
+
+# ----------------------------------------------------------------------------- the laptop study (device=cpu)
+LAPTOP = ("--device=cpu", "--pilot_dropout=0", "--pilot_glue_model=best", "--pilot_tasks=stsb,sst2",
+          "--glue_seeds=1,2", "--calib_tasks=stsb,sst2", "--init_own_lr=True", "--points=1024,2048")
+
+
+@pytest.fixture(scope="module")
+def laptop(tmp_path_factory):
+    """The laptop study's pilot at toy sizes: the lr grid with dropout 0.1, a run at its pick with dropout 0, then the
+    fine-tuning lrs on STS-B and SST-2 of the pick's model and of the untrained one."""
+    work = tmp_path_factory.mktemp("laptop") / "work"
+    return work, ok(run(work, "--phase=pilot", *LAPTOP))
+
+
+def final_loss(work, name):
+    return json.loads((work / "records" / f"{name}.jsonl").read_text().splitlines()[-1])["loss"]
+
+
+def test_the_laptop_pilot_picks_its_recipe_then_tunes_the_fine_tuning_lr_on_it(laptop):
+    work, out = laptop
+    done = dict(re.findall(r"done (\S+) in .*?: (\S+) \(", out))
+    grid = min(("pilot_lr1e-3_s1", "pilot_lr1e-2_s1"), key=lambda n: final_loss(work, n))
+    d0 = grid.replace("_s1", "_d0_s1")  # the grid's pick again, with dropout 0
+    best = min((grid, d0, "pilot_lr1e-3_s1", "pilot_lr1e-2_s1"), key=lambda n: final_loss(work, n))
+    want = {"pilot_lr1e-3_s1", "pilot_lr1e-2_s1", "init_s1", d0} | {
+        f"{m}.stsb+sst2_lr{g}_s1" for m in ("init_s1", best) for g in ("1e-4", "1e-3")}
+    assert set(done) == want, out
+    head = json.loads((work / "records" / f"{d0}.jsonl").read_text().splitlines()[0])
+    assert head["config"]["dropout"] == 0.0 and head["config"]["learning_rate"] == float(grid[8:12])
+    rows = {}
+    for m in ("init_s1", best):
+        for g in ("1e-4", "1e-3"):
+            r = json.loads((work / "records" / f"{m}.stsb+sst2_lr{g}_s1.json").read_text())
+            assert set(r["runs"]) == {"stsb", "sst2"} and r["model"] == m  # the pilot's tasks alone
+            rows[m, float(g)] = np.mean([np.mean([x["score"] for x in r["runs"][t]["1"]["dev"].values()])
+                                         for t in ("stsb", "sst2")])
+    p = json.loads((work / "summary.json").read_text())["pilot"]
+    pick = lambda m: max((1e-4, 1e-3), key=lambda g: (rows[m, g], -g))
+    assert p["best_run"] == best and p["glue_model"] == best and p["glue_tasks"] == "stsb,sst2"
+    assert p["picked_glue_lr"] == pick(best) and p["untrained_glue_lr"] == pick("init_s1")
+    assert ("--dropout=0.0" in p["picked"]) == (best == d0) and set(p["runs"]) == {
+        "lr1e-3", "lr1e-2", d0[6:-3]}
+
+
+def test_the_laptop_calibration_fine_tunes_task_subsets_and_keeps_the_pilots(laptop, tmp_path):
+    """STS-B and SST-2 at every snapshot, all four tasks at the last one and the untrained model (the pilot's
+    STS-B and SST-2 fine-tune of it kept, not made twice), the untrained model also at its own lr; GLUE-4 only where
+    all four ran; the training hours to each point."""
+    work = tmp_path / "w"
+    shutil.copytree(laptop[0], work)
+    out = ok(run(work, "--phase=calibration", *LAPTOP))
+    s = json.loads((work / "summary.json").read_text())
+    c, p = s["calibration"], s["pilot"]
+    assert re.findall(r"started (init_s1\S*)", out) == [f"init_s1.stsb+sst2_lr{ss.lr_tag(c['glue_lr'])}_s2"] + [
+        f"init_s1.mrpc+rte_lr{ss.lr_tag(c['glue_lr'])}_s{sd}" for sd in (1, 2)] + (
+        [f"init_s1.stsb+sst2_lr{ss.lr_tag(p['untrained_glue_lr'])}_s2"]
+        if p["untrained_glue_lr"] != c["glue_lr"] else [])  # seed 1 of the others: the pilot's
+    untrained, first, last = c["points"]
+    assert untrained["glue4"] is not None and last["glue4"] is not None and first["glue4"] is None
+    assert set(first["tasks"]) == {"stsb", "sst2"} and set(last["tasks"]) == {"sst2", "mrpc", "stsb", "rte"}
+    assert c["gain"][0]["stsb"] and c["gain"][0]["glue4"] is None and c["gain"][1]["glue4"]
+    assert (c["untrained_own_lr"] is None) == (p["untrained_glue_lr"] == c["glue_lr"])
+    assert first["train_hours"] == pytest.approx(1024 / c["tokens_per_s"] / 3600, abs=1e-3)
+    assert c["recipe"] == p["picked"] and [r["step"] for r in c["curve"]][-1] == c["steps"]
+
+
+def test_a_cpu_run_cut_by_a_signal_resumes_from_its_checkpoint(tmp_path):
+    """SIGTERM while a pre-training runs: train.py saves, the runner stops in one line (143) and records nothing of
+    it; the next call resumes it from its checkpoint (its remaining steps estimated), and its record holds every eval
+    of both calls."""
+    work = tmp_path / "w"
+    args = ["--phase=pilot", "--device=cpu", "--pilot_lrs=1e-3", "--pilot_glue_lrs=1e-3", "--pilot_tokens=204800",
+            "--tasks=rte", "--glue_seeds=1", "--train_args=" + ss.DRY["train_args"].replace(
+                "--eval_interval=2", "--eval_interval=50") + " --save_interval=10"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("OUT", None)
+    p = subprocess.Popen([sys.executable, "studies/study_small.py", "--dry=True", f"--work={work}", *args], cwd=ROOT,
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ckpt, t0 = work / "runs" / "pilot_lr1e-3_s1" / "ckpt.pt", time.time()
+    log = ckpt.parent / "log.jsonl"
+    while not (log.exists() and '"type": "eval", "step": 50,' in log.read_text()) and p.poll() is None and \
+            time.time() - t0 < 300:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 143 and "Traceback" not in out, out[-3000:]
+    assert not (work / "records" / "pilot_lr1e-3_s1.jsonl").exists() and ckpt.exists()
+    cut = ss.read_evals(str(ckpt.parent))[-1]["step"]
+    assert 0 < cut < 400
+    out = ok(run(work, *args))
+    assert re.search(r"pilot_lr1e-3_s1, ~\d+ s", out)
+    head, evals = ss.read_record(str(work / "records" / "pilot_lr1e-3_s1.jsonl"))
+    assert [r["step"] for r in evals] == list(range(0, 401, 50)) and head["timing"]["resumed"] is True
+    assert head["config"]["max_iters"] == 400
+    assert (work / "runs" / "pilot_lr1e-3_s1" / "job.txt").read_text().count("parameters;") == 2  # two starts
+
+
+def test_a_clone_of_one_commit_runs_the_jobs(tmp_path):
+    """--clone=True: the command runs again from a clone of the commit (out_dir/code/<commit>), its paths in this
+    tree; a tree with uncommitted changes is refused in one line."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "--quiet", "--shared", ROOT, str(repo)], check=True)
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    work = tmp_path / "w"
+    args = ["studies/study_small.py", "--dry=True", f"--work={work}", "--clone=True", "--phase=pilot",
+            "--budget_s=1", "--stop_s=1", f"--out_dir={work}/runs"]
+    p = subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert f"running from {work}/runs/code/{sha[:12]} (commit {sha[:12]})" in p.stdout, p.stdout + p.stderr
+    assert "left for the next run: pilot_lr1e-3_s1" in p.stdout and (work / "out" / "study_small.log").exists()
+    with open(repo / "README.md", "a") as f:
+        f.write("changed\n")
+    p = subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True, timeout=300)
+    one_line_error(p, "study_small: the tree has uncommitted changes: commit them")
+
+
+def test_on_a_cpu_a_long_pre_training_starts_if_some_of_it_fits_and_a_fine_tune_only_whole(monkeypatch, tmp_path):
+    """device=cpu: a pre-training keeps its checkpoint here, so one longer than the call starts when MIN_CPU_S of
+    training fits (the deadline cuts it, the next call resumes it); a fine-tune starts only if all of it fits, its
+    estimate the sum of its tasks' times."""
+    monkeypatch.chdir(tmp_path)
+    for k, v in {"device": "cpu", "time_scale": 1.0, "budget_s": 1000.0, "T0": 0.0, "phase": "calibration",
+                 "overlap": False}.items():
+        monkeypatch.setattr(ss, k, v)
+    clock = [0.0]
+    monkeypatch.setattr(ss.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(ss, "model_ready", lambda s: True)
+    t = {**ss.TIMES["laptop"], "fixed_warm": 10.0, "tokens_per_s": 1000.0, "end": 0.0, "glue_stsb": 300.0,
+         "glue_sst2": 500.0}
+    r = ss.Runner({}, {"type": "cpu", "name": "C"}, t, 7.0, "d")
+    pre = ss.Step("pretrain", "p", [], "p", "", 100, 5_000_000)  # 5,000 s of training
+    q = ss.Step("pretrain", "q", [], "q", "", 100, 5_000_000)
+    g = ss.Step("glue", "p.g", [], "", "", 100, 0, owner="i", tasks="stsb,sst2")  # 800 s
+    r.steps = {s.name: s for s in (pre, q, g)}
+    r.round = set(r.steps)
+    job = lambda s: ss.Job(s.name, "", "", [], None)
+    assert ss.estimate(pre, t, False) == 5010.0 and ss.estimate(g, t, False) == 800.0
+    clock[0] = 1000.0 - 10.0 - ss.MIN_CPU_S
+    assert r.may_start(job(pre), []) is True  # 610 s of 5,010 fit
+    clock[0] += 1.0
+    assert r.may_start(job(q), []) is False and "~5010 s estimated, 609 s left" in r.dropped["q"]
+    clock[0] = 201.0
+    assert r.may_start(job(g), []) is False  # 800 s do not fit in 799
+    r.dropped.clear()
+    clock[0] = 200.0
+    assert r.may_start(job(g), []) is True
