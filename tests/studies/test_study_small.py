@@ -309,7 +309,8 @@ def test_a_refused_prepare_writes_nothing(data_dir, tmp_path):
 
 # ----------------------------------------------------------------------------- the laptop study (device=cpu)
 LAPTOP = ("--device=cpu", "--pilot_dropout=0", "--pilot_glue_model=best", "--pilot_tasks=stsb,sst2",
-          "--glue_seeds=1,2", "--calib_tasks=stsb,sst2", "--init_own_lr=True", "--points=1024,2048")
+          "--glue_seeds=1,2", "--calib_tasks=stsb,sst2", "--init_own_lr=True", "--points=1024,2048",
+          "--budget_s=1200", "--stop_s=1200")  # its 8 and 13 jobs on a busy machine too
 
 
 @pytest.fixture(scope="module")
