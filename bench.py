@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity
 
-from configurator import oneline
+from configurator import comma_list, oneline
 from lib.dataloader import mask_tokens, n_masked
 from lib.device import autocast, gpu_peak_flops, resolve_dtype, set_up
 from lib.files import write_json
@@ -640,6 +640,9 @@ def print_latency(dtype):
 
 
 def main():
+    for key in ("dtypes", "modes", "attention_types", "hf_modes", "seq_lens", "latency"):  # '': no HF, no scaling
+        if globals()[key] or key in ("dtypes", "modes", "attention_types"):  # or latency table; each row once
+            comma_list("bench", key, globals()[key])
     device_type, auto, why, _, _ = set_up(device, "auto")  # the device checked, TF32 on, the precision auto picks
     if dtypes == "auto":
         dtype_list = ["float32", "bfloat16"] if device_type == "cpu" and auto == "bfloat16" else [auto]

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from configurator import check, configure, oneline
+from configurator import check, comma_list, configure, oneline
 from lib.checkpoint import Unreadable, describe, load_checkpoint, model_id, save_checkpoint
 from lib.device import set_up
 from lib.files import locked, read_json, write_json
@@ -537,12 +537,10 @@ def make_settings(config):
     """This run's Settings from the configurator's globals (config): checked before anything is loaded, with the
     task and seed lists, the device and the precision set up."""
     c = SimpleNamespace(**config)  # the settings as given, for the checks; what leaves is a Settings
-    task_list = list(TASKS)[:8] if c.tasks == 'all' else c.tasks.split(',')
+    task_list = list(TASKS)[:8] if c.tasks == 'all' else comma_list('finetune_glue', 'tasks', c.tasks, list(TASKS))
+    seed_list = [int(x) for x in comma_list('finetune_glue', 'seeds', c.seeds, numbers=True)]
     check('finetune_glue',
-          (all(t in TASKS for t in task_list), f"tasks must be 'all' or a comma list of {','.join(TASKS)}; got "
-                                               f"{c.tasks!r}"),
-          (re.fullmatch(r'\d{1,9}(,\d{1,9})*', c.seeds), f"seeds must be a comma list of integers below 10**9, got "
-                                                        f"{c.seeds!r}"),
+          (max(seed_list) < 10 ** 9, f"seeds must be a comma list of integers below 10**9, got {c.seeds!r}"),
           (min(c.epochs, c.batch_size, c.max_seq_len, c.eval_batch_size, c.snapshot_every) >= 1 and c.learning_rate > 0
            and 0 <= c.warmup_ratio <= 1 and min(c.weight_decay, c.grad_clip, c.max_train_samples) >= 0,
            "epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be >= 1, learning_rate > 0, "
@@ -551,7 +549,6 @@ def make_settings(config):
            f"max_seq_len must hold [CLS] a [SEP] b [SEP] with a token of each sentence: at least 5 (3 for cola and "
            f"sst2 alone); got {c.max_seq_len}"),
           (c.benchmark or c.init_from, "set --init_from=<checkpoint> or --benchmark=<train.py out_dir>"))
-    seed_list = [int(x) for x in c.seeds.split(',')]
     missing = [p for t in task_list for p in tsv_files(t, c.data_dir).values() if c.data_dir and not os.path.isfile(p)]
     if missing:  # now, not hours into the run
         raise SystemExit(f"finetune_glue: missing GLUE files: {', '.join(missing)} (pick tasks with --tasks=...)")

@@ -24,7 +24,8 @@ from functools import partial
 import numpy as np
 import torch
 
-from configurator import check, configure
+from configurator import check, comma_list, configure
+from finetune_glue import TASKS
 from lib.dataloader import dataset_dir
 from lib.files import read_json, write_json
 import plot
@@ -69,10 +70,8 @@ REFERENCE = 'original'  # every arm is compared with it, paired by seed; Holm ov
 def plan_jobs():
     """[(kind, arm, seed, command, its working folder, its record)] in the order they run: seed-major, each model's
     fine-tuning right after its pre-training, so that a partial study has whole (arm, seed) pairs."""
-    arm_list, seed_list = arms.split(','), seeds.split(',')
-    check('study_glue', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
-          (all(s.isdigit() for s in seed_list), "seeds must be a comma list of integers"),
-          (jobs >= 1 and threads >= 0, "jobs must be >= 1, threads >= 0"))
+    arm_list, seed_list = arms.split(','), seeds.split(',')  # checked: plain_lists()
+    check('study_glue', (jobs >= 1 and threads >= 0, "jobs must be >= 1, threads >= 0"))
     glue = [f'--tasks={tasks}', *glue_args.split()]
     out = []
     for sd in seed_list:
@@ -85,6 +84,16 @@ def plan_jobs():
                 out.append(('benchmark', arm, sd, [f'--benchmark={run}', '--seeds=1', *glue,
                                                    f'--out_dir={run}/benchmark'], run, rec + '.benchmark.json'))
     return out
+
+
+def plain_lists():
+    """The comma-list settings checked once (configurator.comma_list) and set in their plain spelling: seed '01' is
+    the seed 1 whose results finetune_glue.py records as '1'."""
+    global arms, seeds, tasks, glue_seeds
+    arms, tasks = (','.join(comma_list('study_glue', k, v, names)) for k, v, names in
+                   (('arms', arms, list(ARMS)), ('tasks', tasks, list(TASKS))))
+    seeds, glue_seeds = (','.join(comma_list('study_glue', k, v, numbers=True)) for k, v in
+                         (('seeds', seeds), ('glue_seeds', glue_seeds)))
 
 
 def job_done(kind, cmd, rec):
@@ -337,6 +346,7 @@ def figure(pre, s, path):
 
 
 def main():
+    plain_lists()
     base_cfg = read_checked(base, BASE_CONFIG, 'study_glue')
     cap = base_cfg['max_iters']
     plan = plan_jobs()

@@ -1,0 +1,50 @@
+"""Issue #63: what a third battery found outside the studies, one test (or a few) per cause (the studies':
+tests/studies/test_faults_63_studies.py). Each fails on the code before the fix: a traceback, a silently wrong result,
+or a user's file overwritten."""
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import configurator
+import export_hf
+import finetune_glue as fg
+import prepare_oscar as po
+from conftest import ROOT, run_script
+from lib import tokenizer
+from test_glue import run as run_glue, save_ckpt, synthetic
+from test_prepare import fake_prose, run as run_prepare
+from test_train import TINY, one_line_error
+
+
+# ---- 1: every comma list is checked once: no empty item, none twice ('01' is seed 1) -----------------------------
+def test_comma_list_refuses_repeats_and_empties_and_gives_plain_seeds():
+    assert configurator.comma_list("s", "seeds", "01,2,10", numbers=True) == ["1", "2", "10"]
+    assert configurator.comma_list("s", "arms", "a,b", ["a", "b"]) == ["a", "b"]
+    for text, numbers, msg in (("2,2", True, "seeds names 2 twice ('2,2'): name each once"),
+                               ("01,1", True, "seeds names 1 twice"), ("1,,2", True, "comma list of whole numbers"),
+                               ("1,", True, "comma list of whole numbers"), ("a,a", False, "names a twice"),
+                               ("a,", False, "comma list of names")):
+        with pytest.raises(SystemExit, match=msg.replace("(", r"\(").replace(")", r"\)")):
+            configurator.comma_list("s", "seeds", text, numbers=numbers)
+
+
+@pytest.mark.parametrize("script,args,msg", [
+    ("finetune_glue.py", ["--init_from=x.pt", "--seeds=2,2"], "finetune_glue: seeds names 2 twice"),
+    ("finetune_glue.py", ["--init_from=x.pt", "--seeds=01,1"], "finetune_glue: seeds names 1 twice"),
+    ("finetune_glue.py", ["--init_from=x.pt", "--tasks=rte,rte"], "finetune_glue: tasks names rte twice"),
+    ("bench.py", ["--attention_types=original,original"], "bench: attention_types names original twice"),
+    ("bench.py", ["--seq_lens=256,256"], "bench: seq_lens names 256 twice"),
+    ("bench.py", ["--modes=eager,"], "bench: modes must be a comma list"),
+    ("plot.py", ["--runs=out/a,out/a"], "plot: runs names out/a twice")])  # one run counted as two seeds
+def test_a_list_naming_an_item_twice_is_one_line(script, args, msg):
+    one_line_error(run_script(script, *args, *(["--device=cpu"] if script != "plot.py" else [])), msg)
+
+
