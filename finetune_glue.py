@@ -409,14 +409,33 @@ def table(name, summary):
     return '\n'.join(lines)
 
 
+RANGES = {'accuracy': (0, 100), 'f1': (0, 100), 'mcc': (-100, 100), 'pearson': (-100, 100),  # x100, as
+          'spearman': (-100, 100)}  # task_metrics gives them
+
+
 def damaged(runs):
-    """The first '<task> seed <seed>' of a glue_results.json's runs that is not a result summarize can read, or None."""
-    score = lambda m: isinstance(m, dict) and type(m.get('score')) in (int, float) and math.isfinite(m['score'])
+    """The first '<task> seed <seed> (why)' of a glue_results.json's runs that is not a result this script writes, or
+    None: a seed spelled otherwise than str(int) ('01' beside '1' would count a third seed), a number missing, not
+    finite, or outside its metric's range (an accuracy of 101); a task's score lies in its metrics' range."""
+    def wrong(name, m):
+        if not isinstance(m, dict) or type(m.get('score')) not in (int, float) or not math.isfinite(m['score']):
+            return f"its {name} score is missing or not a finite number"
+        ranges = [RANGES[k] for k in m if k in RANGES] or [(-100, 100)]  # the score: a mean of its metrics
+        for k, v in [*((k, m[k]) for k in m if k in RANGES), ('score', m['score'])]:
+            lo, hi = RANGES[k] if k in RANGES else (min(r[0] for r in ranges), max(r[1] for r in ranges))
+            if type(v) not in (int, float) or not lo <= v <= hi:
+                return f"its {name} {k} {v!r} is not in [{lo}, {hi}]"
+        return None
+
     for task, seeds in runs.items():
         for seed, r in seeds.items() if isinstance(seeds, dict) else [('?', None)]:
-            if not (seed.isdigit() and isinstance(r, dict) and isinstance(r.get('dev'), dict)
-                    and all(score(r['dev'].get(n)) for n in (TASKS[task].dev if task in TASKS else ()))):
+            if not re.fullmatch(r'0|[1-9][0-9]*', seed):
+                return f"{task} seed {seed} (a seed is written as a plain whole number: {seed!r} would count apart)"
+            if not (isinstance(r, dict) and isinstance(r.get('dev'), dict)):
                 return f"{task} seed {seed}"
+            for name in (TASKS[task].dev if task in TASKS else ()):
+                if why := wrong(name, r['dev'].get(name)):
+                    return f"{task} seed {seed} ({why})"
     return None
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from configurator import check, comma_list, configure
-from finetune_glue import TASKS
+from finetune_glue import TASKS, damaged
 from lib.dataloader import dataset_dir
 from lib.files import read_json, write_json
 import plot
@@ -96,6 +96,16 @@ def plain_lists():
                          (('seeds', seeds), ('glue_seeds', glue_seeds)))
 
 
+def read_glue_record(rec):
+    """A GLUE record, checked as finetune_glue.py checks its results (damaged): a seed '01' beside '1', a score
+    outside its metric's range is one line, never counted."""
+    r = read_checked(rec, GLUE_RECORD, 'study_glue')
+    if bad := damaged(r['runs']):
+        raise SystemExit(f"study_glue: {rec}: the result of {bad} is damaged: restore it (git checkout {rec}) or "
+                         "move it away and run again")
+    return r
+
+
 def job_done(kind, cmd, rec):
     """The job's record is there, and of these settings (another one is refused: nothing is overwritten)."""
     if kind == 'pretrain':
@@ -105,7 +115,7 @@ def job_done(kind, cmd, rec):
         return r is not None
     if not os.path.exists(rec):
         return False
-    r = read_checked(rec, GLUE_RECORD if kind == 'glue' else BENCHMARK_RECORD, 'study_glue')
+    r = read_glue_record(rec) if kind == 'glue' else read_checked(rec, BENCHMARK_RECORD, 'study_glue')
     want = [f'--{k}={v}' for k, v in r['request'].items()]
     if sorted(want) != sorted(a for a in cmd if not a.startswith(('--init_from', '--benchmark', '--out_dir'))):
         raise SystemExit(f"study_glue: {rec} was made with other settings ({' '.join(want)}): move it away")
@@ -361,7 +371,7 @@ def main():
         elif kind == 'pretrain':
             pre.setdefault(arm, {})[sd] = read_record(rec, 'study_glue')[1]
         elif kind == 'glue':
-            glue.setdefault(arm, {})[sd] = read_checked(rec, GLUE_RECORD, 'study_glue')
+            glue.setdefault(arm, {})[sd] = read_glue_record(rec)
         else:
             bench[arm] = read_checked(rec, BENCHMARK_RECORD, 'study_glue')
     print(f"study_glue: {len(plan) - len(missing)} of {len(plan)} jobs recorded" +

@@ -48,3 +48,32 @@ def test_a_list_naming_an_item_twice_is_one_line(script, args, msg):
     one_line_error(run_script(script, *args, *(["--device=cpu"] if script != "plot.py" else [])), msg)
 
 
+# ---- 1, 2: the GLUE results' reader knows what finetune_glue.py writes ------------------------------------------
+def result(score, **metrics):
+    return {"dev": {"rte": {**metrics, "score": score}}, "train_loss": 0.5}
+
+
+def test_a_seed_spelled_01_or_a_score_out_of_its_range_is_damaged():
+    ok = {"rte": {"1": result(60.0, accuracy=60.0)}}
+    assert fg.damaged(ok) is None
+    assert "rte seed 01 (a seed is written as a plain whole number" in fg.damaged({"rte": {**ok["rte"], "01": ok[
+        "rte"]["1"]}})
+    assert "rte accuracy 101.0 is not in [0, 100]" in fg.damaged({"rte": {"1": result(101.0, accuracy=101.0)}})
+    assert "rte score 101.0 is not in [0, 100]" in fg.damaged({"rte": {"1": result(101.0, accuracy=100.0)}})
+    cola = lambda v: {"cola": {"1": {"dev": {"cola": {"mcc": v, "score": v}}}}}
+    assert fg.damaged(cola(-20.0)) is None and "not in [-100, 100]" in fg.damaged(cola(-120.0))  # a correlation
+
+
+def test_finetune_glue_refuses_such_results_in_one_line_and_keeps_them(tmp_path):
+    synthetic(tmp_path / "glue", 32, 16)
+    ckpt, out = save_ckpt(tmp_path / "ckpt.pt"), tmp_path / "out"
+    args = [f"--init_from={ckpt}", f"--data_dir={tmp_path / 'glue'}", "--tasks=rte", "--seeds=1", "--epochs=1",
+            f"--out_dir={out}", "--dtype=float32"]
+    assert run_glue(*args).returncode == 0
+    res = json.loads((out / "glue_results.json").read_text())
+    res["runs"]["rte"]["01"] = res["runs"]["rte"]["1"]  # would count a second seed
+    (out / "glue_results.json").write_text(json.dumps(res))
+    one_line_error(run_glue(*args), "the result of rte seed 01 (a seed is written as a plain whole number")
+    assert json.loads((out / "glue_results.json").read_text()) == res
+
+

@@ -44,3 +44,19 @@ def test_seeds_spelled_with_a_zero_are_the_study_glue_seeds_finetune_glue_record
     assert s['per_arm']['original']['glue4'], s['per_arm']['original']
 
 
+@pytest.mark.parametrize("change,says", [
+    (lambda runs: runs["rte"].update({"01": runs["rte"]["1"]}), "the result of rte seed 01 (a seed is written as"),
+    (lambda runs: runs["rte"]["1"]["dev"]["rte"].update(score=101.0), "rte score 101.0 is not in [0, 100]")])
+def test_a_glue_record_with_seed_01_or_a_score_of_101_is_one_line(tmp_path, monkeypatch, change, says):
+    rec = tmp_path / "rec"
+    shutil.copytree(os.path.join(ROOT, "assets", "study_glue"), rec)
+    path = rec / "original_s3.glue.json"
+    obj = json.loads(path.read_text())
+    change(obj["runs"])
+    path.write_text(json.dumps(obj, indent=1) + "\n")
+    for key, value in dict(records=str(rec), train=False, summary="", figures="").items():
+        monkeypatch.setattr(study_glue, key, value)
+    with pytest.raises(SystemExit) as e:
+        study_glue.main()
+    assert str(e.value).startswith(f"study_glue: {path}: ") and says in str(e.value), str(e.value)
+    assert "\n" not in str(e.value) and json.loads(path.read_text()) == obj
