@@ -470,6 +470,24 @@ def earlier_results(path, ckpt_path, protocol):
     return res
 
 
+def kept_classifier(path, task, seed, pretrained):
+    """True if path holds the classifier --save_models keeps for (task, seed) of the model pretrained (its model_id),
+    whole; False if there is none. Anything else there (a cut file, a user's, another model's) is never overwritten:
+    one line, and it is left as it is."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        ck = load_checkpoint(path)
+        why = None if (ck.get('task'), ck.get('seed'), ck.get('pretrained')) == (task, int(seed), pretrained) else \
+            f"it is {ck.get('task')} seed {ck.get('seed')} of {describe(ck.get('pretrained'))}"
+    except Unreadable as e:
+        why = str(e)
+    if why:
+        raise SystemExit(f"finetune_glue: {path} is where --save_models keeps the {task} seed {seed} classifier of this "
+                         f"model, but {why}; it was left as it is: move it away, or use another out_dir")
+    return True
+
+
 def table3(ckpt_path, out, settings):
     """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json, then its Table-3 row."""
     model_config, weights, iter_num, pretrained = load_pretrained(ckpt_path, settings.max_seq_len)
@@ -480,22 +498,24 @@ def table3(ckpt_path, out, settings):
     with locked(out, 'finetune_glue.py'):  # one writer per results folder
         res = earlier_results(path, ckpt_path, protocol) or res  # never mixed with another model's or settings'
         res['protocol']['init_from'] = protocol['init_from']  # where it was read this time
-        for task in settings.task_list:
-            for seed in map(str, settings.seed_list):
-                keep = os.path.join(out, f"{task}_s{seed}.pt") if settings.save_models else None
-                if seed in res['runs'].get(task, {}) and not (keep and not os.path.exists(keep)):
-                    print(f"{task} seed {seed}: done already, skipped")
-                    continue
-                if seed in res['runs'].get(task, {}):
-                    print(f"{task} seed {seed}: done already, but its classifier was not kept: fine-tuned again to "
-                          f"keep it (--save_models=True), its result replaced")
-                data = task_data(task, settings.data_dir, settings.max_seq_len, settings.max_train_samples)
-                r = finetune(task, data, int(seed), model_config, weights, settings, keep=keep, iter_num=iter_num,
-                             pretrained=pretrained)
-                res['runs'].setdefault(task, {})[seed] = r
-                print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
-                      + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")
-                write_json(path, {**res, **summarize(res['runs'])})
+        pairs = [(task, str(seed)) for task in settings.task_list for seed in settings.seed_list]
+        kept = {p: kept_classifier(os.path.join(out, f"{p[0]}_s{p[1]}.pt"), *p, pretrained)
+                for p in pairs if settings.save_models}  # before any fine-tuning: a file not ours is one line now
+        for task, seed in pairs:
+            keep = os.path.join(out, f"{task}_s{seed}.pt") if settings.save_models else None
+            if seed in res['runs'].get(task, {}) and not (keep and not kept[task, seed]):
+                print(f"{task} seed {seed}: done already, skipped")
+                continue
+            if seed in res['runs'].get(task, {}):
+                print(f"{task} seed {seed}: done already, but its classifier was not kept: fine-tuned again to "
+                      f"keep it (--save_models=True), its result replaced")
+            data = task_data(task, settings.data_dir, settings.max_seq_len, settings.max_train_samples)
+            r = finetune(task, data, int(seed), model_config, weights, settings, keep=keep, iter_num=iter_num,
+                         pretrained=pretrained)
+            res['runs'].setdefault(task, {})[seed] = r
+            print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
+                  + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")
+            write_json(path, {**res, **summarize(res['runs'])})
         res.update(summarize(res['runs']))
         write_json(path, res)
     print(table(res['model'], res))

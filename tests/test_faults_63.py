@@ -77,3 +77,24 @@ def test_finetune_glue_refuses_such_results_in_one_line_and_keeps_them(tmp_path)
     assert json.loads((out / "glue_results.json").read_text()) == res
 
 
+# ---- 2: a classifier that --save_models did not write whole is never taken, nor overwritten ---------------------
+def test_a_cut_or_foreign_file_at_a_classifiers_name_is_one_line_and_kept(tmp_path):
+    synthetic(tmp_path / "glue", 32, 16)
+    ckpt, out = save_ckpt(tmp_path / "ckpt.pt"), tmp_path / "out"
+    args = [f"--init_from={ckpt}", f"--data_dir={tmp_path / 'glue'}", "--tasks=rte", "--epochs=1",
+            f"--out_dir={out}", "--dtype=float32", "--save_models=True"]
+    assert run_glue(*args, "--seeds=1").returncode == 0
+    kept = (out / "rte_s1.pt").read_bytes()
+    (out / "rte_s1.pt").write_bytes(kept[:3000])  # cut: was "done already"
+    one_line_error(run_glue(*args, "--seeds=1"), "rte_s1.pt is where --save_models keeps the rte seed 1 classifier")
+    assert (out / "rte_s1.pt").read_bytes() == kept[:3000]
+    (out / "rte_s1.pt").write_bytes(kept)
+    (out / "rte_s2.pt").write_text("my notes")  # a user's file: was overwritten
+    p = run_glue(*args, "--seeds=1,2")
+    one_line_error(p, "rte_s2.pt is where --save_models keeps the rte seed 2 classifier of this model, but")
+    assert (out / "rte_s2.pt").read_text() == "my notes" and "done already" not in p.stdout  # refused before any work
+    os.remove(out / "rte_s2.pt")
+    p = run_glue(*args, "--seeds=1,2")
+    assert p.returncode == 0 and "rte seed 1: done already, skipped" in p.stdout, p.stderr[-2000:]
+
+
