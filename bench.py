@@ -45,7 +45,7 @@ from lib.dataloader import mask_tokens, n_masked
 from lib.device import autocast, gpu_peak_flops, resolve_dtype, set_up
 from lib.files import write_json
 from lib.step import COMPILE_MODES, compile_model, prepare_optimizer
-from model import ATTENTION_TYPES, SDPA_BACKENDS, Bert, BertClassifier, BertConfig, set_kernels
+from model import ATTENTION_TYPES, SDPA_BACKENDS, Bert, BertClassifier, BertConfig, SelfAttention, set_kernels
 
 # -----------------------------------------------------------------------------
 device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or mps
@@ -435,6 +435,10 @@ def build_rows(plan, start=None, skipped=None, failed=None, kernels=None):
                         block_size, 1.0) * tokens
             else:
                 model, opt = ours(head, settings=settings)
+                if settings["fused_qkv"] and not any(isinstance(m, SelfAttention) for m in model.modules()):
+                    settings = {**settings, "fused_qkv": False}  # what ran: additive layers have no q/k/v to fuse
+                    print(f"  {name}: fused_qkv does nothing here (no query/key/value projections): recorded as "
+                          "off", flush=True)
                 flops = model.flops_per_token(block_size, len(pos) / x.numel()) * tokens
             add_row(rows, label, dtype, mode, model, opt, x, y, pos, hf=hf, flops=flops, settings=settings,
                     flops_bert=flops_bert, spec=spec)

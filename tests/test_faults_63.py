@@ -98,3 +98,15 @@ def test_a_cut_or_foreign_file_at_a_classifiers_name_is_one_line_and_kept(tmp_pa
     assert p.returncode == 0 and "rte seed 1: done already, skipped" in p.stdout, p.stderr[-2000:]
 
 
+# ---- 2: bench.py records what ran -------------------------------------------------------------------------------
+def test_bench_records_fused_qkv_off_where_nothing_is_fused(monkeypatch):
+    import bench as b
+    for k, v in dict(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=512, block_size=32, batch_size=2,
+                     modes="eager", hf_modes="", warmup=1, steps=1, repeats=1,
+                     attention_types="additive+fused_qkv,original+fused_qkv").items():
+        monkeypatch.setattr(b, k, v)
+    rows = b.build_rows(b.plan_rows(["float32"]))
+    assert [(r.spec, r.settings["fused_qkv"]) for r in rows] == [("additive+fused_qkv", False),
+                                                                 ("original+fused_qkv", True)]
+
+
