@@ -110,3 +110,18 @@ def test_bench_records_fused_qkv_off_where_nothing_is_fused(monkeypatch):
                                                                  ("original+fused_qkv", True)]
 
 
+# ---- 2: the model card tells every schedule the weights followed -----------------------------------------------
+def test_the_model_card_tells_a_resume_past_the_end_where_the_lr_went_back_up():
+    from lib.run import schedules
+    sched = dict(learning_rate=1e-3, warmup_iters=10, max_iters=100, decay_lr=True, max_minutes=0.0)
+    first = {"config": sched, "iter_num": 100}
+    assert schedules(None, sched) == [[0, sched]] and schedules(first, sched) == [[0, sched]]
+    later = schedules(first, {**sched, "max_iters": 200})  # trained further: lr back up from 0 to ~5e-4
+    assert later == [[0, sched], [100, {**sched, "max_iters": 200}]]
+    text = export_hf.schedules({"schedules": later, "config": {**sched, "max_iters": 200}},
+                               {**sched, "max_iters": 200}, 200)
+    assert text.startswith("steps 0 to 100: AdamW at lr 0.001 after 10 warm-up steps, then linear decay to 0 at step "
+                           "100; steps 100 to 200 (resumed on another schedule, at lr 0.000526): ")
+    assert "decay to 0 at step 200" in text
+
+
