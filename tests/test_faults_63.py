@@ -154,3 +154,9 @@ def test_a_cut_books_archive_is_one_line(tmp_path, monkeypatch):
         run_prepare(tmp_path, source="prose", files=str(tgz))
 
 
+def test_compile_optimizer_without_compile_is_refused_in_one_line(tmp_path):
+    p = run_script("train.py", *TINY, "--compile_optimizer=True", f"--out_dir={tmp_path / 'run'}")
+    one_line_error(p, "compile_optimizer=True needs compile=True")
+    assert not (tmp_path / "run").exists()
+
+
