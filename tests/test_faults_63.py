@@ -160,3 +160,34 @@ def test_compile_optimizer_without_compile_is_refused_in_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.skipif(not (shutil.which("bash") and shutil.which("timeout")), reason="needs bash, timeout")
+def test_ctrl_c_on_gpu_bench_ends_the_part_it_runs(tmp_path):
+    """timeout runs a part in a process group of its own, which a terminal's Ctrl-C (SIGINT to the script's group) does
+    not reach: bench.py ran on and wrote its JSON after the script had ended."""
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path), "GPU_BENCH_BUDGET": "900",
+           "GPU_BENCH_TIMEOUTS": "300,300,300,300"}
+    p = subprocess.Popen(["bash", "tests/gpu_bench.sh", "--dry"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)  # its group, as a terminal's
+    def benches():  # the bench.py processes of this run (their --json names tmp_path)
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    line = f.read().decode(errors="replace")
+            except OSError:  # ended meanwhile
+                continue
+            found += [pid] if "bench.py" in line and str(tmp_path) in line else []
+        return found
+    try:
+        deadline = time.time() + 120
+        while not benches() and time.time() < deadline:
+            time.sleep(0.5)
+        assert benches(), "bench.py never started"
+        os.killpg(p.pid, signal.SIGINT)  # Ctrl-C
+        out, err = p.communicate(timeout=60)
+        time.sleep(1)
+        assert not benches() and p.returncode == 130 and "gpu_bench: stopped by SIGINT" in out, (out, err)
+    finally:
+        for pid in benches():
+            os.kill(int(pid), signal.SIGKILL)
+        p.kill()
