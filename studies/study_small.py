@@ -20,6 +20,13 @@ is there, starts a job only if its estimated end (from the records of earlier ru
 constants TIMES) is within budget_s, and writes each record as its job ends, into assets/study_small/ and, bundled,
 into $OUT/records.tar. No checkpoint comes back from the GPU machine: a recorded model whose fine-tunes are missing is
 pre-trained again first, and its second record goes beside the first (<name>.rerun1.jsonl).
+
+The laptop study (docs/study_laptop.md) is the same three phases on this machine's CPU, with a config of its own:
+
+    python studies/study_small.py studies/config/study_laptop.py --phase=pilot --hours=2.5
+
+its jobs one after the other from a clone of one commit (clone=True), each started only if its estimate ends within
+`hours`; a job cut at the deadline or by a signal saved first and resumes from its checkpoint in the next call.
 """
 import json
 import lzma
@@ -59,21 +66,34 @@ DATA = None  # a run's data fingerprint (lib/dataloader.py), once it is checked
 phase = 'calibration'  # what a run with train=True runs: pilot, calibration or comparison
 base = 'studies/config/study_small.py'  # the train.py config every run starts from
 train_args = ''  # more train.py arguments for every run, space-separated (dry: the toy model's)
+device = 'cuda'  # cuda: one GPU (the device tool's runs); cpu: this machine's CPU, one job at a time (laptop study)
+hours = 0.0  # the call's deadline in hours: sets budget_s and stop_s (0: they stand as given)
+clone = False  # run from a clone of one commit under out_dir (the phase's records' commit, else HEAD): main may
+               # change while a long run trains
+commit = ''  # clone: the commit to run from ('' = the phase's records', else HEAD)
 # the pilot (pre-training seed `seed`)
 pilot_lrs = '1e-3,5e-4,2e-3'  # pre-training peak lrs: one run each of pilot_tokens, its schedule ending there
-pilot_tokens = '50M'
-pilot_glue_lrs = '3e-5,1e-4,3e-4'  # fine-tuning lrs, each on the first pilot run's model and the untrained one (1 seed)
+pilot_tokens = '50M'  # each pilot run's tokens (k, M or B), where its schedule ends
+pilot_dropout = ''  # after the lr grid, one more run at its pick with this dropout ('' = none); the recipe is the
+                    # lowest final eval loss of all the pilot's runs
+pilot_glue_lrs = '3e-5,1e-4,3e-4'  # fine-tuning lrs, each on one pilot run's model and the untrained one (1 seed)
+pilot_glue_model = 'first'  # whose model the fine-tuning lrs are tried on: first (the first pilot run, at once) or
+                            # best (the pilot's pick: after every pilot run)
+pilot_tasks = ''  # the tasks of the pilot's fine-tunes and of its fine-tuning pick ('' = tasks)
 learning_rate = 0.0  # the calibration's and the comparison's peak lr; 0 = the pilot's pick (from its records)
 glue_lr = 0.0  # their fine-tuning lr; 0 = the pilot's pick
 # the calibration: the original operator, seed `seed`; its snapshots and its untrained model fine-tuned
 points = '25M,75M,150M,300M'  # tokens seen by the snapshots fine-tuned: multiples of the first; the last ends the run
+calib_tasks = ''  # the tasks of every snapshot's fine-tunes but the last one's ('' = tasks; the last and the untrained
+                  # model get tasks)
+init_own_lr = False  # the untrained model fine-tuned also at its own best lr of the pilot's (on calib_tasks)
 seed = 1  # the pilot's and the calibration's pre-training seed
 # the comparison (its plan is fixed after the calibration: docs/study_small.md)
 arms = 'original,symmetric,pairwise'  # a comma list of studies/study_glue.py's ARMS
 seeds = '2,3,4,5'  # paired pre-training seeds
 tokens = '150M'  # each run's budget, where its schedule ends
 # GLUE-4 (finetune_glue.py's protocol, the paper's, at glue_lr)
-tasks = 'sst2,mrpc,stsb,rte'
+tasks = 'sst2,mrpc,stsb,rte'  # GLUE-4: the tasks whose plain mean is the score
 glue_seeds = '1,2'  # fine-tuning seeds of every model (the pilot's fine-tuning pick: the first alone)
 glue_args = '--max_train_samples=10000 --dtype=bfloat16'  # SST-2 cut to its first 10,000 rows, as in study_glue
 drop = 0.7  # the plateau exit: the first eval whose loss is <= U - drop (studies/study.py's criterion)
@@ -105,7 +125,11 @@ WHO = 'study_small'
 # tokens/s. fixed: start-up, compiling and the first eval (cold: the run's first compile; warm: from its cache).
 TIMES = {'gpu': {'fixed_cold': 90.0, 'fixed_warm': 40.0, 'tokens_per_s': 2.0e6, 'end': 10.0, 'init': 30.0,
                  'glue': 120.0},
-         'cpu': {'fixed_cold': 8.0, 'fixed_warm': 8.0, 'tokens_per_s': 2000.0, 'end': 2.0, 'init': 8.0, 'glue': 15.0}}
+         'cpu': {'fixed_cold': 8.0, 'fixed_warm': 8.0, 'tokens_per_s': 2000.0, 'end': 2.0, 'init': 8.0, 'glue': 15.0},
+         # the laptop study's 4 x 256 model in bf16 on 2 cores (an AMD EPYC: ~7,300 tokens/s; STS-B 211 s); a
+         # fine-tune per task, as the tasks of a job differ there
+         'laptop': {'fixed_cold': 60.0, 'fixed_warm': 40.0, 'tokens_per_s': 7000.0, 'end': 5.0, 'init': 20.0,
+                    'glue': 0.0, 'glue_sst2': 300.0, 'glue_stsb': 230.0, 'glue_mrpc': 160.0, 'glue_rte': 140.0}}
 DRY = {  # what --dry sets, unless given
     'train_args': '--device=cpu --dtype=float32 --compile=False --n_layer=1 --n_head=2 --n_embd=32 --n_inner=64 '
                   '--batch_size=4 --eval_iters=2 --eval_interval=2 --log_interval=2',
@@ -150,6 +174,8 @@ class Step(NamedTuple):
     tokens: int  # tokens the model has seen
     owner: str = ''  # glue: the pre-training that makes its model
     model: str = ''  # glue: the checkpoint it fine-tunes
+    tasks: str = ''  # glue: its tasks
+    of: str = ''  # glue: the name of the model it fine-tunes
 
 
 def base_config():
@@ -176,30 +202,44 @@ def init_step(cfg, sd):
     return pretraining(f'init_s{sd}', cfg, ['--attention_type=original', '--compile=False', f'--seed={sd}'], 0)
 
 
-def finetunes(pre, lr, ft_seeds, cfg, snapshot=0):
-    """The GLUE-4 fine-tunes of a pre-training's final model, or of its snapshot at step `snapshot`: one per seed."""
-    step = snapshot or pre.step
+def finetunes(pre, lr, ft_seeds, cfg, snapshot=0, on=None):
+    """The fine-tunes (on the tasks `on`, else GLUE-4's) of a pre-training's final model, or of its snapshot at step
+    `snapshot`: one per seed."""
+    step, on = snapshot or pre.step, on or tasks
     model = f"{pre.name}_t{token_tag(step * tokens_per_step(cfg))}" if snapshot else pre.name
     path = os.path.join(pre.folder, 'snapshots', f'ckpt_{step:07d}.pt') if snapshot else \
         os.path.join(pre.folder, 'ckpt.pt')
-    out = []
+    out, tag = [], 'glue' if on == tasks else '+'.join(on.split(','))  # a model's tasks may come in several jobs
     for ft in ft_seeds:
-        name = f"{model}.glue_lr{lr_tag(lr)}_s{ft}"
-        cmd = [f'--tasks={tasks}', f'--seeds={ft}', f'--learning_rate={lr}', *glue_args.split()]
+        name = f"{model}.{tag}_lr{lr_tag(lr)}_s{ft}"
+        cmd = [f'--tasks={on}', f'--seeds={ft}', f'--learning_rate={lr}', *glue_args.split()]
         out.append(Step('glue', name, cmd, os.path.join(out_dir, name), os.path.join(records, name + '.json'),
-                        step, step * tokens_per_step(cfg), owner=pre.name, model=path))
+                        step, step * tokens_per_step(cfg), owner=pre.name, model=path, tasks=on, of=model))
     return out
+
+
+def split_finetunes(pre, lr, ft_seeds, cfg, snapshot=0, on=''):
+    """The fine-tunes of a model on all the tasks, as two jobs per seed where `on` names some of them (those, then
+    the rest): the jobs on `on` are the same as the pilot's or a snapshot's, and not made twice."""
+    rest = ','.join(t for t in tasks.split(',') if t not in (on or tasks).split(','))
+    return finetunes(pre, lr, ft_seeds, cfg, snapshot, on) + (finetunes(pre, lr, ft_seeds, cfg, snapshot, rest)
+                                                             if rest else [])
 
 
 def lr_of(s):
     return float(next(a for a in s.cmd if a.startswith('--learning_rate=')).split('=', 1)[1])
 
 
-def pilot_steps(cfg):
+def pilot_steps(cfg, recs=None):
+    """The pilot's pre-trainings: one per lr of the grid and, once the grid's runs are recorded, the run at its pick
+    with pilot_dropout."""
     n = max(1, round(count(pilot_tokens) / tokens_per_step(cfg)))
-    return [pretraining(f"pilot_lr{lr_tag(float(lr))}_s{seed}", cfg, [
-        '--attention_type=original', f'--learning_rate={float(lr)}', '--checkpoint_interval=0', f'--seed={seed}'], n)
-        for lr in pilot_lrs.split(',')]
+    run = lambda lr, extra, tag: pretraining(f"pilot_lr{lr_tag(lr)}{tag}_s{seed}", cfg, [
+        '--attention_type=original', f'--learning_rate={lr}', *extra, '--checkpoint_interval=0', f'--seed={seed}'], n)
+    grid = [run(float(lr), [], '') for lr in pilot_lrs.split(',')]
+    best = pilot_dropout and pilot_best(recs or {}, grid)
+    return grid + ([run(lr_of(best), [f'--dropout={float(pilot_dropout)}'], f'_d{float(pilot_dropout):g}')]
+                   if best else [])
 
 
 def calibration_points(cfg):
@@ -221,40 +261,66 @@ def pilot_best(recs, pre):
     return min(ok, key=lambda s: recs[s.name][1][-1]['loss']) if ok else None
 
 
-def pilot_picks(cfg, recs):
-    """(the pre-training lr, the fine-tuning lr) that the pilot's records pick by its rules (docs/study_small.md),
-    each None until its records are there. Fine-tuning: the best GLUE-4 of the first pilot run's model (seed 1), a tie
-    the lower lr."""
-    pre = pilot_steps(cfg)
-    best, scores = pilot_best(recs, pre), {}
+def recipe(s):
+    """The settings of a pilot run that the later phases take: its lr, and its dropout where it set one."""
+    return [a for a in s.cmd if a.startswith(('--learning_rate=', '--dropout='))]
+
+
+def tuning_model(cfg, recs):
+    """The pre-training whose model the pilot's fine-tuning lrs are tried on (None until it is known)."""
+    pre = pilot_steps(cfg, recs)
+    if pilot_glue_model == 'first':
+        return pre[0]
+    return pilot_best(recs, pre) if len(pre) > len(pilot_lrs.split(',')) or not pilot_dropout else None
+
+
+def glue_pick(cfg, recs, model):
+    """The fine-tuning lr of the best score (the mean over pilot_tasks, fine-tuning seed 1) of model's pilot
+    fine-tunes, a tie the lower lr; None until all are recorded."""
+    scores = {}
     for g in pilot_glue_lrs.split(','):
-        (s,) = finetunes(pre[0], float(g), glue_seeds.split(',')[:1], cfg)
-        scores[float(g)] = glue4(recs[s.name], tasks, glue_seeds.split(',')[0])['score'] if s.name in recs else None
-    return best and lr_of(best), max(scores, key=lambda g: (scores[g], -g)) if None not in scores.values() else None
+        (s,) = finetunes(model, float(g), glue_seeds.split(',')[:1], cfg, on=pilot_tasks or tasks)
+        scores[float(g)] = glue4(recs[s.name], s.tasks, seed_of(s))['score'] if s.name in recs else None
+    return max(scores, key=lambda g: (scores[g], -g)) if None not in scores.values() else None
+
+
+def pilot_picks(cfg, recs):
+    """(the recipe: the pre-training settings of the pilot's pick, the fine-tuning lr, the untrained model's own
+    fine-tuning lr) that the pilot's records pick by its rules (docs/study_small.md, docs/study_laptop.md), each None
+    until its records are there."""
+    best, model = pilot_best(recs, pilot_steps(cfg, recs)), tuning_model(cfg, recs)
+    if pilot_dropout and len(pilot_steps(cfg, recs)) == len(pilot_lrs.split(',')):
+        best = None  # the run with pilot_dropout is still to come
+    return best and recipe(best), model and glue_pick(cfg, recs, model), glue_pick(cfg, recs, init_step(cfg, seed))
 
 
 def plan(cfg, recs, which):
     """The steps of a phase in the order they start (pre-trainings first); (None, why) for a phase that waits."""
     g_seeds = glue_seeds.split(',')
-    if which == 'pilot':  # the fine-tuning lrs are tried on the first run's model: they need no pick
-        pre, init = pilot_steps(cfg), init_step(cfg, seed)
-        models = [init] if pre[0].name + '.diverged' in recs else [pre[0], init]  # then set glue_lr by hand
+    if which == 'pilot':  # the fine-tuning lrs are tried on the untrained model and one pilot run's, once it is known
+        pre, init, model = pilot_steps(cfg, recs), init_step(cfg, seed), tuning_model(cfg, recs)
+        models = [init] if not model or model.name + '.diverged' in recs else [model, init]  # then set glue_lr by hand
         return pre + [init] + [s for g in pilot_glue_lrs.split(',') for p in models
-                               for s in finetunes(p, float(g), g_seeds[:1], cfg)]
-    lr, g_lr = pilot_picks(cfg, recs)
-    lr, g_lr = learning_rate or lr, glue_lr or g_lr
-    if not (lr and g_lr):
+                               for s in finetunes(p, float(g), g_seeds[:1], cfg, on=pilot_tasks)]
+    rec, g_lr, g_init = pilot_picks(cfg, recs)
+    if learning_rate:
+        rec = [a for a in rec or [] if not a.startswith('--learning_rate=')] + [f'--learning_rate={learning_rate}']
+    g_lr = glue_lr or g_lr
+    if not (rec and g_lr):
         return None, "waits for the pilot's records (--phase=pilot), or set --learning_rate and --glue_lr"
     if which == 'calibration':
         snaps = calibration_points(cfg)
-        pre = pretraining(f"calib_s{seed}", cfg, ['--attention_type=original', f'--learning_rate={lr}',
+        pre = pretraining(f"calib_s{seed}", cfg, ['--attention_type=original', *rec,
                                                   f'--checkpoint_interval={snaps[0]}', f'--seed={seed}'], snaps[-1])
         init = init_step(cfg, seed)
-        return [pre, init] + finetunes(init, g_lr, g_seeds, cfg) + [
-            s for st in snaps for s in finetunes(pre, g_lr, g_seeds, cfg, snapshot=st)]
+        own = finetunes(init, g_init, g_seeds, cfg, on=calib_tasks) if init_own_lr and g_init not in (None, g_lr) \
+            else []
+        return [pre, init] + split_finetunes(init, g_lr, g_seeds, cfg, on=calib_tasks) + own + [
+            s for st in snaps for s in (split_finetunes if st == snaps[-1] else finetunes)(
+                pre, g_lr, g_seeds, cfg, snapshot=st, on=calib_tasks)]
     n = max(1, round(count(tokens) / tokens_per_step(cfg) / cfg['eval_interval'])) * cfg['eval_interval']
     pres = [init_step(cfg, sd) if arm == 'untrained' else pretraining(f"{arm}_s{sd}", cfg, [
-        *ARMS[arm][1], f'--learning_rate={lr}', '--checkpoint_interval=0', f'--seed={sd}'], n)
+        *ARMS[arm][1], *rec, '--checkpoint_interval=0', f'--seed={sd}'], n)
         for sd in seeds.split(',') for arm in arms.split(',')]
     return pres + [s for p in pres for s in finetunes(p, g_lr, g_seeds, cfg)]
 
@@ -360,7 +426,7 @@ def unpack_records(path):
 def estimates(recs, device):
     """Each job kind's time on this device: the constants (TIMES), replaced by what the records of earlier runs on a
     device of the same name measured (the slowest seen)."""
-    t = dict(TIMES['cpu' if device['type'] == 'cpu' else 'gpu'])
+    t = dict(TIMES['gpu' if device['type'] != 'cpu' else 'cpu' if dry else 'laptop'])
     heads = [r[0] for r in recs.values() if isinstance(r, tuple)]
     pre = [h['timing'] for h in heads if h.get('gpu') == device['name'] and 'timing' in h]
     for key, pick in (('fixed_cold', lambda x: x.get('cold') and not x['init']),
@@ -370,15 +436,29 @@ def estimates(recs, device):
     rates = [x['tokens_per_s'] for x in pre if x.get('tokens_per_s')]
     t['tokens_per_s'] = min(rates) if rates else t['tokens_per_s']
     t['init'] = max([x['job_s'] for x in pre if x['init']] or [t['init']])
-    t['glue'] = max([r['job_s'] for r in recs.values() if isinstance(r, dict) and r.get('gpu') == device['name'] and
-                     'job_s' in r] or [t['glue']])
+    fts = [r for r in recs.values() if isinstance(r, dict) and r.get('gpu') == device['name'] and 'job_s' in r]
+    t['glue'] = max([r['job_s'] for r in fts] or [t['glue']])
+    for k in [k for k in t if k.startswith('glue_')]:  # per task: each fine-tune's own seconds
+        t[k] = max([x['seconds'] for r in fts for x in r['runs'].get(k[5:], {}).values() if 'seconds' in x] or [t[k]])
     return t
 
 
 def estimate(s, t, cold):
+    if s.kind == 'glue' and f'glue_{s.tasks.split(",")[0]}' in t:
+        return time_scale * sum(t[f'glue_{x}'] for x in s.tasks.split(','))
     if s.kind != 'pretrain':
         return time_scale * t[s.kind]
-    return time_scale * (t['fixed_cold' if cold else 'fixed_warm'] + s.tokens / t['tokens_per_s'] + t['end'])
+    left = s.tokens * (1 - trained(s) / s.step)  # a run cut earlier resumes from its checkpoint
+    return time_scale * (t['fixed_cold' if cold else 'fixed_warm'] + left / t['tokens_per_s'] + t['end'])
+
+
+def trained(s):
+    """The steps a pre-training cut earlier has done (its last eval; 0 if it has not started)."""
+    try:
+        return min(s.step, read_evals(s.folder)[-1]['step']) if os.path.exists(os.path.join(s.folder, 'ckpt.pt')) \
+            else 0
+    except (SystemExit, IndexError):
+        return 0
 
 
 # ----------------------------------------------------------------------------- the run
@@ -416,7 +496,8 @@ class Runner:
             return None  # one pre-training at a time; without overlap no fine-tune beside it (init: one eval, any time)
         cold = self.compile and not self.compiled and s.kind == 'pretrain'
         est, tail = estimate(s, self.t, cold), 0.0
-        if s.kind == 'pretrain':  # the fine-tunes of its final model follow it; without overlap, every pending one
+        if s.kind == 'pretrain' and device == 'cuda':  # no model comes back from the GPU machine: the fine-tunes of
+            # its final model follow it; without overlap, every pending one
             after = [x for x in self.steps.values() if x.kind == 'glue' and x.name not in self.started and
                      x.name not in self.dropped and x.owner not in self.dropped and
                      (x.owner == s.name and (not self.overlap or x.step == s.step) or
@@ -438,7 +519,8 @@ class Runner:
         if s.kind == 'glue':
             write_glue_record('glue', s.cmd, s.folder, s.record)
             r = read_json(s.record, f'{WHO} record')
-            r.update(gpu=self.device['name'], job_s=job_s, jobs_beside=beside, model=s.name.split('.glue_')[0],
+            r.update(gpu=self.device['name'], job_s=job_s, jobs_beside=beside, model=s.of,
+                     **({'threads': self.device['threads']} if 'threads' in self.device else {}),
                      step=s.step, tokens=s.tokens, pretrained_by=self.made.get(s.owner, s.owner))
             write_json(s.record, r)
             path = s.record
@@ -451,7 +533,8 @@ class Runner:
             self.made[s.name] = os.path.basename(path)[:-len('.jsonl')]
             write_record(path, s.folder, ' '.join(['python train.py', *s.cmd]), self.u)
             add_to_head(path, {'gpu': self.device['name'], 'data': self.data,
-                               'timing': run_timing(s, start, job_s, cold)})
+                               'timing': run_timing(s, start, job_s, cold),
+                               **({'threads': self.device['threads']} if 'threads' in self.device else {})})
         self.finished.add(s.name)
         self.written.append(path)
         bundle(self.written, [x for x in self.steps.values() if x.name in self.started])
@@ -488,9 +571,13 @@ def run_timing(s, start, job_s, cold):
             elif r.get('type') == 'train' and r.get('tokens_per_s'):
                 rates.append(r['tokens_per_s'])
     out = {'job_s': job_s, 'cold': cold, 'init': s.kind == 'init'}
-    if evals:
+    if evals and evals[0]['time'] < start:  # resumed: its earlier calls' clock is not this one's
+        out.update(resumed=True, end=round(start + job_s - evals[-1]['time'], 1))
+        if rates:
+            out['tokens_per_s'] = round(float(np.median(rates)))
+    elif evals:
         out.update(fixed=round(evals[0]['time'] - start, 1), end=round(start + job_s - evals[-1]['time'], 1))
-    if len(evals) >= 2 and evals[-1]['time'] > evals[0]['time']:
+    if len(evals) >= 2 and evals[-1]['time'] > evals[0]['time'] and 'resumed' not in out:
         out['tokens_per_s'] = round(s.tokens / s.step * (evals[-1]['step'] - evals[0]['step']) /
                                     (evals[-1]['time'] - evals[0]['time']))
     if rates:
@@ -590,7 +677,7 @@ def run_phase(cfg, device, u, data):
             n, runner.round = len(runner.finished), {s.name for s in todo}
             try:
                 run_jobs([Job(s.name, s.folder, 'job.txt', command(s), partial(runner.finish, s)) for s in todo],
-                         jobs + 2, threads, WHO, runner.may_start)
+                         jobs + 2 if device == 'cuda' else 1, threads, WHO, runner.may_start)
             except SystemExit as e:
                 if not diverged(e, runner):
                     raise
@@ -614,6 +701,11 @@ def device_check():
     if dry:
         return {'type': 'cpu', 'name': f"{cpu_name()} (CPU, dry)"}
     import torch
+    if device == 'cpu':
+        n = threads or torch.get_num_threads()
+        print(f"CPU: {cpu_name()}, {os.cpu_count()} cores, {n} threads a job; torch {torch.__version__}; "
+              f"{shutil.disk_usage(ROOT).free / 2 ** 30:.0f} GiB of disk free", flush=True)
+        return {'type': 'cpu', 'name': cpu_name(), 'threads': n}
     if not torch.cuda.is_available():
         raise SystemExit(f"{WHO}: PyTorch sees no GPU: the study runs on one (docs/study_small.md); --dry=True runs "
                          "its plumbing on a CPU at toy sizes")
@@ -760,14 +852,15 @@ def print_prediction(cfg):
     after the other, then the fine-tunes `jobs` at a time: an upper bound when fine-tunes overlap)."""
     recs = read_records()
     names = [h.get('gpu') for h in (r[0] for r in recs.values() if isinstance(r, tuple)) if h.get('gpu')]
-    device = {'type': 'cpu' if dry else 'cuda', 'name': max(set(names), key=names.count) if names else '-'}
+    device_ = {'type': 'cpu' if dry or device == 'cpu' else 'cuda',
+               'name': max(set(names), key=names.count) if names else '-'}
     steps = plan(cfg, recs, phase)
     if isinstance(steps, tuple):
         raise SystemExit(f"{WHO}: the {phase} {steps[1]}")
     todo = [s for s in steps if not done(s, recs)]
     todo = [p for p in steps if p.kind != 'glue' and p not in todo and any(s.owner == p.name for s in todo)] + todo
-    t = estimates(recs, device)
-    print(f"{WHO}: {phase}: {len(todo)} of {len(steps)} jobs to run; times of {device['name']} from "
+    t = estimates(recs, device_)
+    print(f"{WHO}: {phase}: {len(todo)} of {len(steps)} jobs to run; times of {device_['name']} from "
           f"{'its records' if names else 'the constants (no record names it)'}, x {time_scale}: " +
           ', '.join(f"{k} {v:g}" for k, v in t.items()))
     first, pre, glue = True, 0.0, [s for s in todo if s.kind == 'glue']
@@ -778,6 +871,8 @@ def print_prediction(cfg):
         print(f"  {s.name}: ~{e:.0f} s" + (f" ({tokens_text(s.tokens)} tokens)" if s.kind == 'pretrain' else ''))
     rounds = lambda n: math.ceil(n / jobs) * estimate(glue[0], t, False) if n else 0.0
     last = max((s.step for s in todo if s.kind == 'pretrain'), default=-1)  # the calibration's run's last step
+    if phase == 'pilot' and (pilot_dropout or pilot_glue_model == 'best'):
+        print(f"{WHO}: (the pilot's later jobs, at its picks, are planned once the runs they follow are recorded)")
     print(f"{WHO}: ~{pre + rounds(len(glue)):.0f} s with every fine-tune after the pre-trainings "
           f"({pre:.0f} + {rounds(len(glue)):.0f})" + (
               f"; ~{pre + rounds(sum(s.step == last for s in glue)):.0f} s with the fine-tunes "
@@ -792,8 +887,12 @@ def seed_of(s):
 
 
 def per_seed(recs, fts):
-    """{fine-tuning seed: {'score': GLUE-4, 'tasks': {task: number}}} of the fine-tunes recorded."""
-    return {seed_of(s): glue4(recs[s.name], tasks, seed_of(s)) for s in fts if s.name in recs}
+    """{fine-tuning seed: {'score': the mean of its tasks (GLUE-4 for all four), 'tasks': {task: number}}} of the
+    fine-tunes recorded (one model's, its tasks from one job or several)."""
+    out = {}
+    for s in (s for s in fts if s.name in recs):
+        out.setdefault(seed_of(s), {}).update(glue4(recs[s.name], s.tasks, seed_of(s))['tasks'])
+    return {sd: {'score': float(np.mean(list(x.values()))), 'tasks': x} for sd, x in out.items()}
 
 
 def pooled_sd(groups):
@@ -804,77 +903,101 @@ def pooled_sd(groups):
 
 
 def pilot_summary(cfg, recs):
-    pre, init = pilot_steps(cfg), init_step(cfg, seed)
+    pre, init = pilot_steps(cfg, recs), init_step(cfg, seed)
     if not any(s.name in recs or s.name + '.diverged' in recs for s in pre):
         return None
     runs = {}
     for s in pre:
+        key = s.name[len('pilot_'):].rsplit('_s', 1)[0]  # lr1e-3, lr1e-3_d0
+        row = {'lr': lr_of(s), 'dropout': float(next((a.split('=')[1] for a in s.cmd if a.startswith('--dropout=')),
+                                                     cfg['dropout']))}
         if s.name + '.diverged' in recs:
-            runs[lr_tag(lr_of(s))] = {'lr': lr_of(s), 'diverged': True,
-                                      'message': recs[s.name + '.diverged']['message']}
+            runs[key] = {**row, 'diverged': True, 'message': recs[s.name + '.diverged']['message']}
         elif s.name in recs:
-            e = recs[s.name][1][-1]
-            runs[lr_tag(lr_of(s))] = {'lr': lr_of(s), 'diverged': False, 'step': e['step'], 'tokens': s.tokens,
-                                      'mlm_loss': e['loss'], 'mlm_accuracy': e['accuracy']}
-    best, glue = pilot_best(recs, pre), {}
+            head, ev = recs[s.name]
+            runs[key] = {**row, 'diverged': False, 'step': ev[-1]['step'], 'tokens': s.tokens,
+                         'mlm_loss': ev[-1]['loss'], 'mlm_accuracy': ev[-1]['accuracy'],
+                         'tokens_per_s': head.get('timing', {}).get('tokens_per_s')}
+    model, glue, on = tuning_model(cfg, recs), {}, pilot_tasks or tasks
     for g in pilot_glue_lrs.split(','):
         row = {'lr': float(g)}
-        for label, p in (('pilot_model', pre[0]), ('untrained', init)):
-            row[label] = per_seed(recs, finetunes(p, float(g), glue_seeds.split(',')[:1], cfg)).get(
+        for label, p in (('pilot_model', model), ('untrained', init)):
+            row[label] = p and per_seed(recs, finetunes(p, float(g), glue_seeds.split(',')[:1], cfg, on=on)).get(
                 glue_seeds.split(',')[0])
         glue[lr_tag(float(g))] = row
-    lr, g_lr = pilot_picks(cfg, recs)
+    best, g_lr, g_init = pilot_picks(cfg, recs)
     return {'tokens': pre[0].tokens, 'steps': pre[0].step, 'seed': seed, 'runs': runs,
-            'best_run': best and best.name, 'picked_lr': lr, 'glue_model': pre[0].name, 'glue': glue,
-            'picked_glue_lr': g_lr}
+            'best_run': (b := pilot_best(recs, pre)) and b.name, 'picked': best and ' '.join(best),
+            'picked_lr': best and float(best[0].split('=')[1]), 'glue_model': model and model.name, 'glue_tasks': on,
+            'glue': glue, 'picked_glue_lr': g_lr, 'untrained_glue_lr': g_init}
 
 
 def calibration_summary(cfg, recs):
-    """The untrained model and each snapshot: tokens seen, MLM loss and accuracy, GLUE-4 and each task (mean over the
-    fine-tuning seeds, and per seed); each snapshot's gain over the untrained model with the fine-tuning noise; the
-    first token point of a clear gain."""
+    """The untrained model and each snapshot: tokens seen, MLM loss and accuracy, the training hours to it, GLUE-4
+    (where all four tasks ran) and each task (mean over the fine-tuning seeds, and per seed); each snapshot's gain over
+    the untrained model with the fine-tuning noise, also over the untrained model at its own fine-tuning lr where it
+    ran (init_own_lr): a gain is clear only over both; the first token point of a clear gain."""
     steps = plan(cfg, recs, 'calibration')
     if isinstance(steps, tuple) or not any(s.name in recs for s in steps):
         return None
     pre, init, fts = steps[0], steps[1], steps[2:]
-    evals = recs[pre.name][1] if pre.name in recs else []
-    points_ = []
-    for st, p in [(0, init)] + [(st, pre) for st in calibration_points(cfg)]:
-        g = per_seed(recs, [s for s in fts if s.owner == p.name and s.step == (st or p.step)])
+    g_lr = lr_of(fts[0])
+    head, evals = recs[pre.name] if pre.name in recs else ({}, [])
+    rate = head.get('timing', {}).get('tokens_per_s')
+
+    def point(st, p, lr):
+        ft = [s for s in fts if s.owner == p.name and s.step == (st or p.step) and lr_of(s) == lr]
+        g = per_seed(recs, ft)
         ev = next((r for r in (recs[init.name][1] if st == 0 and init.name in recs else evals) if r['step'] == st),
                   None)
-        points_.append({'tokens': st * tokens_per_step(cfg), 'step': st, 'mlm_loss': ev and ev['loss'],
-                        'mlm_accuracy': ev and ev['accuracy'], 'glue4': float(np.mean([x['score'] for x in g.values()]))
-                        if g else None, 'glue4_per_seed': {sd: x['score'] for sd, x in g.items()},
-                        'tasks': {t: float(np.mean([x['tasks'][t] for x in g.values()])) for t in tasks.split(',')}
-                        if g else {}, 'tasks_per_seed': {sd: x['tasks'] for sd, x in g.items()}})
+        whole = g and all(len(x['tasks']) == len(tasks.split(',')) for x in g.values())
+        return {'tokens': st * tokens_per_step(cfg), 'step': st, 'glue_lr': lr, 'mlm_loss': ev and ev['loss'],
+                'mlm_accuracy': ev and ev['accuracy'], 'train_hours': rate and round(st * tokens_per_step(cfg) / rate /
+                                                                                     3600, 3),
+                'glue4': float(np.mean([x['score'] for x in g.values()])) if whole else None,
+                'glue4_per_seed': {sd: x['score'] for sd, x in g.items()} if whole else {},
+                'tasks': {t: float(np.mean([x['tasks'][t] for x in g.values() if t in x['tasks']]))
+                          for t in tasks.split(',') if any(t in x['tasks'] for x in g.values())},
+                'tasks_per_seed': {sd: x['tasks'] for sd, x in g.items()}}
+    points_ = [point(st, p, g_lr) for st, p in [(0, init)] + [(st, pre) for st in calibration_points(cfg)]]
+    o = next((x for x in fts if x.owner == init.name and lr_of(x) != g_lr), None)  # init_own_lr's fine-tunes
+    own = [point(0, init, lr_of(o))] if o else []
     keys = ['glue4', *tasks.split(',')]
     values = lambda p, k: list(p['glue4_per_seed'].values()) if k == 'glue4' else \
-        [x[k] for x in p['tasks_per_seed'].values()]
-    noise = {k: dict(zip(('sd', 'df'), pooled_sd([values(p, k) for p in points_]))) for k in keys}
-    gain, first = [], {}
+        [x[k] for x in p['tasks_per_seed'].values() if k in x]
+    noise = {k: dict(zip(('sd', 'df'), pooled_sd([values(p, k) for p in points_ + own]))) for k in keys}
+
+    def gain(p, base, k):
+        a, b, (sd, df) = values(p, k), values(base, k), (noise[k]['sd'], noise[k]['df'])
+        if not (a and b and df):
+            return None
+        d, h = float(np.mean(a) - np.mean(b)), t_quantile(CLEAR, df) * sd * math.sqrt(1 / len(a) + 1 / len(b))
+        return {'diff': d, 'half95': h, 'clear': d - h > 0}
+    gains, first = [], {}
     for p in points_[1:]:
         row = {'tokens': p['tokens'], 'step': p['step']}
         for k in keys:
-            a, b, (sd, df) = values(p, k), values(points_[0], k), (noise[k]['sd'], noise[k]['df'])
-            if a and b and df:
-                d, h = float(np.mean(a) - np.mean(b)), t_quantile(CLEAR, df) * sd * math.sqrt(1 / len(a) + 1 / len(b))
-                row[k] = {'diff': d, 'half95': h, 'clear': d - h > 0}
-                if d - h > 0 and k not in first:
-                    first[k] = {'tokens': p['tokens'], 'diff': d}
-        gain.append(row)
+            row[k] = g = gain(p, points_[0], k)
+            if g and own:
+                g['over_own_lr'] = o = gain(p, own[0], k)
+                g['clear'] = g['clear'] and (o is None or o['clear'])
+            if g and g['clear'] and k not in first:
+                first[k] = {'tokens': p['tokens'], 'diff': g['diff'], 'train_hours': p['train_hours']}
+        gains.append(row)
     n_ft = len(glue_seeds.split(','))
-    sd_d = noise['glue4']['sd'] and noise['glue4']['sd'] * math.sqrt(2 / n_ft)  # paired seeds, fine-tuning noise alone
-    head = recs[pre.name][0] if pre.name in recs else {}
-    u = head.get('unigram_loss')
-    return {'seed': seed, 'learning_rate': lr_of(pre), 'glue_lr': lr_of(fts[0]),
-            'tokens_per_step': tokens_per_step(cfg), 'steps': pre.step, 'unigram_loss': u,
+    sd_d = {k: noise[k]['sd'] and noise[k]['sd'] * math.sqrt(2 / n_ft) for k in keys}  # paired seeds, fine-tuning
+    u = head.get('unigram_loss')  # noise alone
+    return {'seed': seed, 'learning_rate': lr_of(pre), 'recipe': ' '.join(recipe(pre)), 'glue_lr': g_lr,
+            'tokens_per_step': tokens_per_step(cfg), 'steps': pre.step, 'unigram_loss': u, 'tokens_per_s': rate,
             'plateau_exit_step': first_step_below(evals, u - drop) if evals else None,
             'final': evals and {'step': evals[-1]['step'], 'mlm_loss': evals[-1]['loss'],
                                 'mlm_accuracy': evals[-1]['accuracy']} or None,
-            'points': points_, 'noise': noise, 'gain': gain,
+            'points': points_, 'untrained_own_lr': own[0] if own else None, 'noise': noise, 'gain': gains,
             'first_clear': {k: first.get(k) for k in keys},
-            'seeds_for_delta': sd_d and {str(d): math.ceil(((1.96 + 0.84) * sd_d / d) ** 2 + 2) for d in (1, 2, 3)},
+            'seeds_for_delta': {k: sd_d[k] and {str(d): math.ceil(((1.96 + 0.84) * sd_d[k] / d) ** 2 + 2)
+                                                for d in (1, 2, 3)} for k in keys},
+            'curve': [{'step': r['step'], 'tokens': r['step'] * tokens_per_step(cfg), 'mlm_loss': r['loss'],
+                       'mlm_accuracy': r['accuracy']} for r in evals],
             'reruns': {n: recs[n][1][-1]['loss'] for n in sorted(recs) if n.startswith(pre.name + '.rerun')}}
 
 
@@ -942,32 +1065,37 @@ def report(s):
     print(f"\n{WHO}: device {', '.join(s['gpu']) or '-'}; " + (f"{len(s['missing'])} jobs of the plans not yet run"
                                                                 if s['missing'] else "every job of the plans recorded"))
     if p := s['pilot']:
-        print(f"\n*Pilot: pre-training lr ({tokens_text(p['tokens'])} tokens, {p['steps']} steps, seed {p['seed']}); "
-              f"picked: {p['picked_lr']}*\n\n| lr | eval loss | MLM accuracy |\n|---|---|---|")
+        print(f"\n*Pilot: pre-training recipe ({tokens_text(p['tokens'])} tokens, {p['steps']} steps, seed {p['seed']}); "
+              f"picked: {p['picked'] or '-'}*\n\n| lr | dropout | eval loss | MLM accuracy | tokens/s |\n"
+              "|---|---|---|---|---|")
         for r in p['runs'].values():
-            print(f"| {r['lr']:g} | " + ('diverged | - |' if r['diverged'] else
-                                         f"{r['mlm_loss']:.4f} | {r['mlm_accuracy']:.4f} |"))
+            print(f"| {r['lr']:g} | {r['dropout']:g} | " + ('diverged | - | - |' if r['diverged'] else
+                                                           f"{r['mlm_loss']:.4f} | {r['mlm_accuracy']:.4f} | "
+                                                           f"{f(r['tokens_per_s'], ',.0f')} |"))
         if p['glue']:
-            print(f"\n*Pilot: fine-tuning lr (GLUE-4, one seed); picked: {p['picked_glue_lr']}*\n\n| lr | "
-                  f"{p['glue_model']} | untrained |\n|---|---|---|")
+            print(f"\n*Pilot: fine-tuning lr (mean of {p['glue_tasks']}, one seed); picked: {p['picked_glue_lr']}; "
+                  f"the untrained model's own: {p['untrained_glue_lr']}*\n\n| lr | {p['glue_model'] or '-'} | "
+                  "untrained |\n|---|---|---|")
             for r in p['glue'].values():
                 print(f"| {r['lr']:g} | {f(r['pilot_model'] and r['pilot_model']['score'])} | "
                       f"{f(r['untrained'] and r['untrained']['score'])} |")
     if c := s['calibration']:
         ts = list(c['noise'])[1:]
-        print(f"\n*Calibration: the original operator, seed {c['seed']}, lr {c['learning_rate']:g}, {c['steps']} "
-              "steps; "
-              f"GLUE-4 at fine-tuning lr {c['glue_lr']:g} (mean over seeds; gain: over the untrained model, with its "
-              f"{CLEAR:.1%} one-sided bound from the pooled fine-tuning sd)*\n\n| tokens | step | eval loss | MLM "
-              f"accuracy | GLUE-4 (seeds) | " + ' | '.join(ts) + " | gain [half] |\n|---|---|---|---|---|" +
-              '---|' * len(ts) + '---|')
+        print(f"\n*Calibration: the original operator, seed {c['seed']}, {c['recipe']}, {c['steps']} steps; fine-tuning "
+              f"lr {c['glue_lr']:g} (mean over seeds; gain: over the untrained model, with its {CLEAR:.1%} one-sided "
+              f"bound from the pooled fine-tuning sd)*\n\n| tokens | hours | eval loss | MLM accuracy | GLUE-4 (seeds) | "
+              + ' | '.join(ts) + " | gain [half] |\n|---|---|---|---|---|" + '---|' * len(ts) + '---|')
         gains = {g['step']: g for g in c['gain']}
-        for p in c['points']:
-            g = gains.get(p['step'], {}).get('glue4')
-            print(f"| {tokens_text(p['tokens'])} | {p['step']} | {f(p['mlm_loss'], '.4f')} | "
-                  f"{f(p['mlm_accuracy'], '.4f')} | {f(p['glue4'])} ({len(p['glue4_per_seed'])}) | " +
-                  ' | '.join(f(p['tasks'].get(t)) for t in ts) + " | " +
-                  (f"{g['diff']:+.2f} [{g['half95']:.2f}]{' clear' if g['clear'] else ''}" if g else '-') + " |")
+        for p in c['points'] + ([c['untrained_own_lr']] if c['untrained_own_lr'] else []):
+            g = gains.get(p['step'], {}) if p['step'] else {}
+            label = tokens_text(p['tokens']) if p['step'] else f"untrained, lr {p['glue_lr']:g}"
+            print(f"| {label} | {f(p['train_hours'])} | {f(p['mlm_loss'], '.4f')} | {f(p['mlm_accuracy'], '.4f')} | "
+                  f"{f(p['glue4'])} ({len(p['glue4_per_seed'])}) | " +
+                  ' | '.join(f(p['tasks'].get(t)) + (f" ({g[t]['diff']:+.2f} [{g[t]['half95']:.2f}]"
+                                                       f"{' clear' if g[t]['clear'] else ''})" if g.get(t) else '')
+                             for t in ts) + " | " +
+                  (f"{g['glue4']['diff']:+.2f} [{g['glue4']['half95']:.2f}]{' clear' if g['glue4']['clear'] else ''}"
+                   if g.get('glue4') else '-') + " |")
         print("first clear gain: " + '; '.join(f"{k} " + (f"at {tokens_text(v['tokens'])} tokens ({v['diff']:+.2f})"
                                                          if v else "none") for k, v in c['first_clear'].items()) +
               f"; plateau exit (loss <= U - {drop:g}): step {c['plateau_exit_step']}")
@@ -994,11 +1122,11 @@ def figure(cfg, recs, s, path):
     """MLM eval loss against tokens (the pilot's runs and the calibration's), GLUE-4 against tokens (the calibration's
     snapshots and untrained model), and MLM accuracy against step per comparison arm: the panels that have data."""
     tps = tokens_per_step(cfg)
-    pilot = [(p, recs[p.name][1]) for p in pilot_steps(cfg) if p.name in recs]
+    pilot = [(p, recs[p.name][1]) for p in pilot_steps(cfg, recs) if p.name in recs]
     c = s['calibration']
     calib = recs.get(f"calib_s{seed}") if c else None
     panels = [x for x in ('loss', 'glue', 'cmp') if {'loss': pilot or calib, 'glue': c and any(
-        p['glue4'] is not None for p in c['points']), 'cmp': s['per_arm']}[x]]
+        p['tasks'] for p in c['points'][1:]), 'cmp': s['per_arm']}[x]]
     if not panels:
         return
     plt = plot.pyplot()
@@ -1007,24 +1135,29 @@ def figure(cfg, recs, s, path):
     if 'loss' in ax:
         for p, ev in pilot:
             ax['loss'].plot([r['step'] * tps / 1e6 for r in ev], [r['loss'] for r in ev], lw=0.8, ls='--',
-                            label=f"pilot, lr {lr_of(p):g}")
+                            label=f"pilot, {' '.join(a[2:] for a in recipe(p))}")
         if calib:
             ax['loss'].plot([r['step'] * tps / 1e6 for r in calib[1]], [r['loss'] for r in calib[1]], color='k',
                             label=f"calibration, lr {c['learning_rate']:g}")
             ax['loss'].axhline(calib[0]['unigram_loss'], color='gray', lw=0.8, ls=':', label='U (token frequencies)')
         ax['loss'].set(xlabel='tokens seen (M)', ylabel='MLM eval loss', title='Pre-training')
     if 'glue' in ax:
-        pts = [p for p in c['points'] if p['glue4'] is not None]
+        pts = [p for p in c['points'][1:] if p['glue4'] is not None]
         x = lambda p: p['tokens'] / 1e6
         ax['glue'].plot([x(p) for p in pts], [p['glue4'] for p in pts], 'o-', color='k', label='GLUE-4')
         for p in pts:
             ax['glue'].plot([x(p)] * len(p['glue4_per_seed']), list(p['glue4_per_seed'].values()), '.', color='k',
                             alpha=0.4)
-        for i, t in enumerate(tasks.split(',')):
-            ax['glue'].plot([x(p) for p in pts], [p['tasks'][t] for p in pts], lw=0.8, color=f"C{i}", label=t)
+        for i, t in enumerate(tasks.split(',')):  # the untrained model's as a line: tokens 0 has no place on a log axis
+            on = [p for p in c['points'][1:] if t in p['tasks']]
+            ax['glue'].plot([x(p) for p in on], [p['tasks'][t] for p in on], 'o-' if len(on) > 1 else 'o', lw=0.8,
+                            ms=3, color=f"C{i}", label=t)
+            if t in c['points'][0]['tasks']:
+                ax['glue'].axhline(c['points'][0]['tasks'][t], color=f"C{i}", ls=':', lw=0.8)
         if c['points'][0]['glue4'] is not None:
             ax['glue'].axhline(c['points'][0]['glue4'], color='gray', ls='--', lw=1, label='untrained (GLUE-4)')
-        ax['glue'].set(xlabel='tokens seen (M)', ylabel='dev score', title=f"GLUE-4 (fine-tuning lr {c['glue_lr']:g})")
+        ax['glue'].set(xlabel='tokens seen (M)', ylabel='dev score', xscale='log',
+                       title=f"GLUE (fine-tuning lr {c['glue_lr']:g}; dotted: untrained)")
     if 'cmp' in ax:
         for i, a in enumerate(a for a in s['per_arm'] if a != 'untrained'):
             runs = [recs[f"{a}_s{sd}"][1] for sd in s['per_arm'][a]['seeds']]
@@ -1065,8 +1198,41 @@ def positive(text):
         return False
 
 
+def from_clone(cfg):
+    """Runs this command again from a clone of one commit (under out_dir/code), so that the code a long run trains
+    with stays fixed while main changes: the commit of the phase's records, else HEAD (a tree with changes is
+    refused: a run's record names its commit). Every path setting is made absolute, to stay in this tree."""
+    git = lambda *a, at=ROOT: subprocess.run(['git', '-C', at, *a], capture_output=True, text=True)
+    recs = read_records()
+    steps = plan(cfg, recs, phase)
+    seen = {c for st in ([] if isinstance(steps, tuple) else steps) if st.name in recs
+            for c in [(recs[st.name][0] if isinstance(recs[st.name], tuple) else recs[st.name]).get('commit')] if c}
+    check(WHO, (len(seen) <= 1, f"the {phase}'s records name several commits ({', '.join(sorted(seen))}): set "
+                                "--commit= to the one to run from"))
+    sha = commit or (seen.pop() if seen else '')
+    if not sha:
+        check(WHO, (not git('status', '--porcelain', '--untracked-files=no').stdout,
+                    "the tree has uncommitted changes: commit them (a run's record names the commit it ran from), "
+                    "or set --clone=False"))
+        sha = git('rev-parse', 'HEAD').stdout.strip()
+    dest = os.path.abspath(os.path.join(out_dir, 'code', sha[:12]))
+    if git('rev-parse', 'HEAD', at=dest).stdout.strip() != sha:
+        shutil.rmtree(dest, ignore_errors=True)
+        made = git('clone', '--quiet', '--shared', '--no-checkout', ROOT, dest)
+        made = made.returncode and made or git('checkout', '--quiet', '--detach', sha, at=dest)
+        check(WHO, (not made.returncode, f"cannot clone commit {sha} into {dest}: {oneline(made.stderr)}"))
+    paths = {k: os.path.abspath(globals()[k]) for k in ('records', 'figures', 'out_dir', 'data_dir', 'carry', 'out',
+                                                        'work') if globals()[k]}
+    paths.update(summary=summary and os.path.abspath(summary), glue_dir=glue_dir and os.path.abspath(glue_dir))
+    args = [a if a.startswith('--') else os.path.relpath(os.path.abspath(a), ROOT) for a in sys.argv[1:]]
+    print(f"{WHO}: running from {dest} (commit {sha[:12]})", flush=True)
+    os.chdir(dest)
+    os.execv(sys.executable, [sys.executable, os.path.join(dest, 'studies', 'study_small.py'), *args,
+                              *[f'--{k}={v}' for k, v in paths.items()], '--clone=False'])
+
+
 def main(given):
-    global carry, data_dir, out_dir, records, summary, figures, out, glue_dir, DATA
+    global carry, data_dir, out_dir, records, summary, figures, out, glue_dir, DATA, budget_s, stop_s
     if dry:
         for k, v in DRY.items():
             globals()[k] = globals()[k] if k in given else v
@@ -1075,6 +1241,8 @@ def main(given):
         for k, v in paths.items():
             globals()[k] = globals()[k] if k in given else os.path.join(work, v)
     out = out or os.environ.get('OUT') or os.path.join(work if dry else out_dir, 'out')
+    if hours > 0:
+        budget_s = stop_s = hours * 3600
     check(WHO, (phase in ('pilot', 'calibration', 'comparison'), f"phase must be pilot, calibration or comparison, "
                                                                    f"got {phase!r}"),
           (all(a in ARMS for a in arms.split(',')), f"arms must be a comma list of {', '.join(ARMS)}"),
@@ -1083,6 +1251,13 @@ def main(given):
           (all(t in TASKS for t in tasks.split(',')), f"tasks must be a comma list of {', '.join(TASKS)}"),
           (jobs >= 1 and threads >= 0 and 0 < budget_s <= stop_s and time_scale > 0,
            "jobs must be >= 1, threads >= 0, 0 < budget_s <= stop_s, time_scale > 0"),
+          (device in ('cuda', 'cpu'), f"device must be cuda or cpu, got {device!r}"),
+          (pilot_glue_model in ('first', 'best'), f"pilot_glue_model must be first or best, got {pilot_glue_model!r}"),
+          (hours >= 0, f"hours must be >= 0, got {hours:g}"),
+          (all(t in tasks.split(',') for t in (pilot_tasks or tasks).split(',') + (calib_tasks or tasks).split(',')),
+           "pilot_tasks and calib_tasks must be comma lists of tasks named in --tasks"),
+          (pilot_dropout == '' or re.fullmatch(r'\d*\.?\d+', pilot_dropout) and float(pilot_dropout) < 1,
+           f"pilot_dropout must be '' or a dropout in [0, 1), got {pilot_dropout!r}"),
           (learning_rate >= 0 and glue_lr >= 0, f"learning_rate and glue_lr must be > 0, or 0 for the pilot's pick, got "
                                                 f"{learning_rate:g} and {glue_lr:g}"),
           (all(map(positive, (pilot_lrs + ',' + pilot_glue_lrs).split(','))),
@@ -1096,13 +1271,15 @@ def main(given):
     cfg = base_config()
     if predict:
         return print_prediction(cfg) or 0
+    if clone and train:
+        from_clone(cfg)
     stopped = False
     if train:
         os.makedirs(out, exist_ok=True)
         sys.stdout = Tee(sys.stdout, os.path.join(out, 'study_small.log'))
         sys.stderr = Tee(sys.stderr, os.path.join(out, 'study_small.log'))
         print(f"{WHO}: {' '.join(sys.argv[1:])} ({time.strftime('%Y-%m-%d %H:%M:%S')})", flush=True)
-        device = device_check()
+        dev = device_check()
         if dry:
             dry_inputs()
         if os.path.isdir(os.path.join(carry, 'gpt2')):  # tiktoken cannot fetch the GPT-2 files offline
@@ -1113,7 +1290,7 @@ def main(given):
         _, val, meta = load_dataset(data_dir, None, cfg['block_size'])
         u = unigram_loss(data_dir, cfg['block_size'], cfg['batch_size'], cfg['eval_iters'])
         DATA = fingerprint(data_dir, meta, val)
-        runner, stopped = run_phase(cfg, device, u, DATA)
+        runner, stopped = run_phase(cfg, dev, u, DATA)
         n, left = len(runner.written), list(runner.dropped) + runner.stopped
         print(f"{WHO}: this run recorded {n} job{'s' * (n != 1)} in {time.monotonic() - T0:.0f} s "
               f"({os.path.join(out, 'records.tar')}); left for the next run: {', '.join(left) or 'nothing'}",
