@@ -3,9 +3,12 @@ twice; a GLUE record a study reads is checked as finetune_glue.py checks its res
 fix (the rest of the issue: tests/test_faults_63.py)."""
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -60,3 +63,119 @@ def test_a_glue_record_with_seed_01_or_a_score_of_101_is_one_line(tmp_path, monk
         study_glue.main()
     assert str(e.value).startswith(f"study_glue: {path}: ") and says in str(e.value), str(e.value)
     assert "\n" not in str(e.value) and json.loads(path.read_text()) == obj
+
+
+# ---- the third study's runner (studies/study_small.py) --------------------------------------------------------------
+def small(*args, timeout=300):
+    return subprocess.run([sys.executable, "studies/study_small.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("arg,says", [
+    ("--seeds=2,2", "study_small: seeds names 2 twice"), ("--glue_seeds=1,01", "study_small: glue_seeds names 1 twice"),
+    ("--arms=original,original", "study_small: arms names original twice"),
+    ("--pilot_lrs=1e-3,0.001", "pilot_lrs and pilot_glue_lrs must name each learning rate once"),
+    ("--points=0", "points must be token counts > 0"),  # was a ZeroDivisionError
+    ("--points=25M,25M", "study_small: points names 25M twice")])
+def test_small_lists_and_points_are_one_line(tmp_path, arg, says):
+    p = small(arg, "--phase=calibration", "--predict=True", "--learning_rate=1e-3", "--glue_lr=1e-4",
+              f"--records={tmp_path / 'rec'}")
+    one_line_error(p, says)
+
+
+@pytest.mark.parametrize("key", ["records", "carry"])
+def test_a_small_path_setting_naming_a_file_is_one_line(tmp_path, key):
+    (tmp_path / "f").write_text("mine")
+    p = small(f"--{key}={tmp_path / 'f'}", "--train=False", f"--out={tmp_path / 'o'}")
+    one_line_error(p, f"study_small: {key} must name a folder, and {tmp_path / 'f'} is a file")
+    assert (tmp_path / "f").read_text() == "mine"
+
+
+def small_record(tmp_path, name, base):
+    """A pre-training record named `name`, as run from the config `base` (from a committed record of the first study)."""
+    lines = open(os.path.join(ROOT, "assets", "study", "original_heat_s10.jsonl")).read().splitlines()
+    head = json.loads(lines[0])
+    head["command"] = f"python train.py {base} --seed=1"
+    path = tmp_path / "made" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("\n".join([json.dumps(head)] + lines[1:]) + "\n")
+    return path
+
+
+def tar_of(path, *members):
+    import tarfile
+    with tarfile.open(path, "w") as t:
+        for p, name in members:
+            t.add(p, arcname=name)
+    return path
+
+
+def test_unpack_refuses_a_name_twice_another_studys_run_and_a_folder_and_is_all_or_nothing(tmp_path, monkeypatch):
+    from studies import study_small as ss
+    recs = tmp_path / "recs"
+    monkeypatch.setattr(ss, "records", str(recs))
+    ours = [small_record(tmp_path, f"pilot_lr{i}e-3_s1.jsonl", ss.base) for i in (1, 2, 5)]
+    other = small_record(tmp_path, "x.jsonl", "config/study.py")
+    cases = [(tar_of(tmp_path / "twice.tar", (ours[0], ours[0].name), (ours[1], ours[0].name)),
+              "holds pilot_lr1e-3_s1.jsonl twice (which is the run's?): nothing was unpacked"),  # the last was taken
+             (tar_of(tmp_path / "other.tar", (ours[0], ours[0].name), (other, "pilot_lr2e-3_s1.jsonl")),
+              "pilot_lr2e-3_s1.jsonl is a run of config/study.py, not of this study's")]
+    for tar, says in cases:
+        with pytest.raises(SystemExit, match=re.escape(says)):
+            ss.unpack_records(str(tar))
+        assert not recs.exists()
+    good = tar_of(tmp_path / "good.tar", *[(p, p.name) for p in ours])
+    (recs / ours[1].name).mkdir(parents=True)  # a folder at a record's name: was a traceback
+    with pytest.raises(SystemExit, match=f"{recs / ours[1].name} is a folder, where"):
+        ss.unpack_records(str(good))
+    os.rmdir(recs / ours[1].name)
+    real, calls = ss.atomic_write, []
+
+    def full_disk(path, write, mode="wb"):  # the second record finds the disk full
+        calls.append(path)
+        if len(calls) == 2:
+            raise SystemExit(f"cannot write {path}: No space left on device; it is unchanged")
+        return real(path, write, mode)
+    monkeypatch.setattr(ss, "atomic_write", full_disk)
+    with pytest.raises(SystemExit, match="No space left on device; it is unchanged; nothing was unpacked"):
+        ss.unpack_records(str(good))
+    assert os.listdir(recs) == []  # the first one written is taken back: all or nothing
+    monkeypatch.setattr(ss, "atomic_write", real)
+    ss.unpack_records(str(good))
+    assert sorted(os.listdir(recs)) == sorted(p.name for p in ours)
+
+
+def test_a_diverged_record_of_a_run_that_cannot_diverge_is_refused(tmp_path):
+    from studies import study_small as ss
+    for name in ("init_s1.diverged.json", "pilot_lr1e-3_s1.diverged.json"):
+        (tmp_path / name).write_text(json.dumps({"message": "train: the loss is nan at step 3"}))
+    with pytest.raises(SystemExit, match="init_s1.diverged.json is not a whole study record"):
+        ss.read_json_record(str(tmp_path / "init_s1.diverged.json"))  # the untrained model never trains
+    assert ss.read_json_record(str(tmp_path / "pilot_lr1e-3_s1.diverged.json"))["message"].startswith("train:")
+
+
+def test_prepare_refuses_a_corpus_that_is_not_the_studys(data_dir, tmp_path):
+    from studies import study_small as ss
+    ss.toy_glue(str(tmp_path / "glue"))
+    carry = tmp_path / "carry"
+    p = small("--prepare=True", f"--carry={carry}", f"--data_dir={data_dir}", f"--glue_dir={tmp_path / 'glue'}")
+    one_line_error(p, "holds the 'builtin' corpus, not 'english' (what <carry>/english is)")
+    assert not carry.exists()
+
+
+def test_ctrl_c_of_the_small_study_on_the_cpu_speaks_of_the_cpu_run(tmp_path):
+    work = tmp_path / "dry"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "studies/study_small.py", "--dry=True", "--device=cpu", "--phase=pilot",
+                          f"--work={work}"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    log, t0 = work / "out" / "study_small.log", time.monotonic()
+    while not (log.exists() and "study_small: --dry" in log.read_text()) and time.monotonic() - t0 < 120:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1] == ("study_small: interrupted by signal 2; the running job saved and stopped, "
+                                            "the finished ones are recorded: the same command resumes it from its "
+                                            "checkpoint")
