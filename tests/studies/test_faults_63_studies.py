@@ -169,3 +169,11 @@ def test_ctrl_c_of_the_small_study_on_the_cpu_speaks_of_the_cpu_run(tmp_path):
     assert err.strip().splitlines()[-1] == ("study_small: interrupted by signal 2; the running job saved and stopped, "
                                             "the finished ones are recorded: the same command resumes it from its "
                                             "checkpoint")
+
+
+def test_a_folder_at_a_records_name_is_one_line(tmp_path, monkeypatch):
+    from studies import study_small as ss
+    (tmp_path / "init_s1.jsonl").mkdir()
+    monkeypatch.setattr(ss, "records", str(tmp_path))
+    with pytest.raises(SystemExit, match=re.escape(f"{tmp_path / 'init_s1.jsonl'} is a folder, where a record")):
+        ss.read_records()
