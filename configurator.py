@@ -166,7 +166,7 @@ def comma_list(script, key, text, allowed=None, numbers=False):
     spelling ("01" -> "1"); none named twice (numbers compared as numbers), which would plan and run its job twice.
     Anything else: one line (SystemExit)."""
     items = text.split(",")
-    kind = "whole numbers" if numbers else ", ".join(allowed) if allowed is not None else "names"
+    kind = "whole numbers" if numbers else ", ".join(allowed) if allowed is not None else "non-empty items"
     if not all(re.fullmatch(r"[0-9]+", x) if numbers else x and (allowed is None or x in allowed) for x in items):
         raise SystemExit(f"{script}: {key} must be a comma list of {kind}, got {text!r}")
     items = [str(int(x)) for x in items] if numbers else items

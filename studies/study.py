@@ -470,8 +470,10 @@ def main():
     seed_list = ','.join(comma_list('study', 'seeds', seeds, numbers=True)) if seeds else ''  # as planned
     check('study', (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
           (records.strip() and out_dir.strip(), "records and out_dir must name folders (an unset shell variable?)"),
-          (numbers(sweep) is not None, "sweep must be a comma list of drops in nats, e.g. 0.5,0.6"))
+          (numbers(','.join(comma_list('study', 'sweep', sweep)) if sweep else '') is not None,
+           "sweep must be a comma list of drops in nats, e.g. 0.5,0.6"))
     drops = numbers(sweep)
+    check('study', (len(set(drops)) == len(drops), f"sweep names a drop twice ({sweep!r}): name each once"))
     plan = plan_runs(arm_list, seed_list, first_seed, base, train_args)
     base_cfg, cap = base_settings(base, min_steps, loss_step)
     u = unigram_level(read_records(plan, records), base_cfg, records, train)

@@ -32,7 +32,7 @@ def test_comma_list_refuses_repeats_and_empties_and_gives_plain_seeds():
     for text, numbers, msg in (("2,2", True, "seeds names 2 twice ('2,2'): name each once"),
                                ("01,1", True, "seeds names 1 twice"), ("1,,2", True, "comma list of whole numbers"),
                                ("1,", True, "comma list of whole numbers"), ("a,a", False, "names a twice"),
-                               ("a,", False, "comma list of names")):
+                               ("a,", False, "comma list of non-empty items")):
         with pytest.raises(SystemExit, match=msg.replace("(", r"\(").replace(")", r"\)")):
             configurator.comma_list("s", "seeds", text, numbers=numbers)
 

@@ -18,6 +18,8 @@ from test_train import one_line_error
 @pytest.mark.parametrize("script,arg,says", [
     ("studies/study.py", "--seeds=2,2", "study: seeds names 2 twice ('2,2'): name each once"),
     ("studies/study.py", "--arms=original,original", "study: arms names original twice"),
+    ("studies/study.py", "--sweep=0.5,0.50", "study: sweep names a drop twice ('0.5,0.50')"),
+    ("studies/study.py", "--sweep=0.5,,0.6", "study: sweep must be a comma list of non-empty items"),
     ("studies/study_glue.py", "--glue_seeds=1,1", "study_glue: glue_seeds names 1 twice"),
     ("studies/study_glue.py", "--seeds=02,2", "study_glue: seeds names 2 twice"),
     ("studies/study_glue.py", "--arms=original,original", "study_glue: arms names original twice"),
