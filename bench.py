@@ -40,12 +40,12 @@ from dataclasses import dataclass
 import torch
 from torch.profiler import ProfilerActivity
 
-from configurator import oneline
+from configurator import comma_list, oneline
 from lib.dataloader import mask_tokens, n_masked
 from lib.device import autocast, gpu_peak_flops, resolve_dtype, set_up
 from lib.files import write_json
 from lib.step import COMPILE_MODES, compile_model, prepare_optimizer
-from model import ATTENTION_TYPES, SDPA_BACKENDS, Bert, BertClassifier, BertConfig, set_kernels
+from model import ATTENTION_TYPES, SDPA_BACKENDS, Bert, BertClassifier, BertConfig, SelfAttention, set_kernels
 
 # -----------------------------------------------------------------------------
 device = "cuda" if torch.cuda.is_available() else "cpu"  # cpu, cuda, cuda:N or mps
@@ -435,6 +435,10 @@ def build_rows(plan, start=None, skipped=None, failed=None, kernels=None):
                         block_size, 1.0) * tokens
             else:
                 model, opt = ours(head, settings=settings)
+                if settings["fused_qkv"] and not any(isinstance(m, SelfAttention) for m in model.modules()):
+                    settings = {**settings, "fused_qkv": False}  # what ran: additive layers have no q/k/v to fuse
+                    print(f"  {name}: fused_qkv does nothing here (no query/key/value projections): recorded as "
+                          "off", flush=True)
                 flops = model.flops_per_token(block_size, len(pos) / x.numel()) * tokens
             add_row(rows, label, dtype, mode, model, opt, x, y, pos, hf=hf, flops=flops, settings=settings,
                     flops_bert=flops_bert, spec=spec)
@@ -640,6 +644,9 @@ def print_latency(dtype):
 
 
 def main():
+    for key in ("dtypes", "modes", "attention_types", "hf_modes", "seq_lens", "latency"):  # '': no HF, no scaling
+        if globals()[key] or key in ("dtypes", "modes", "attention_types"):  # or latency table; each row once
+            comma_list("bench", key, globals()[key])
     device_type, auto, why, _, _ = set_up(device, "auto")  # the device checked, TF32 on, the precision auto picks
     if dtypes == "auto":
         dtype_list = ["float32", "bfloat16"] if device_type == "cpu" and auto == "bfloat16" else [auto]

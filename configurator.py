@@ -16,8 +16,10 @@ import ast
 import io
 import math
 import os
+import re
 import sys
 import tokenize
+from collections import Counter
 
 SIMPLE = (bool, int, float, str, tuple, list, type(None))
 
@@ -156,6 +158,21 @@ def configure(g, argv=None, given=None):
 def oneline(e):
     """An exception as one short line, for the messages that end a script."""
     return f"{type(e).__name__}: {' '.join(str(e).split())}"[:300]
+
+
+def comma_list(script, key, text, allowed=None, numbers=False):
+    """The items of a comma-list setting (--seeds=1,2, --arms=original,pairwise): the one check every script's lists
+    go through. No empty item, each of allowed (when given), or with numbers a whole number, given back in its plain
+    spelling ("01" -> "1"); none named twice (numbers compared as numbers), which would plan and run its job twice.
+    Anything else: one line (SystemExit)."""
+    items = text.split(",")
+    kind = "whole numbers" if numbers else ", ".join(allowed) if allowed is not None else "non-empty items"
+    if not all(re.fullmatch(r"[0-9]+", x) if numbers else x and (allowed is None or x in allowed) for x in items):
+        raise SystemExit(f"{script}: {key} must be a comma list of {kind}, got {text!r}")
+    items = [str(int(x)) for x in items] if numbers else items
+    if twice := [x for x, n in Counter(items).items() if n > 1]:
+        raise SystemExit(f"{script}: {key} names {', '.join(twice)} twice ({text!r}): name each once")
+    return items
 
 
 def check(script, *rules):

@@ -190,6 +190,27 @@ def schedule(c, step, spent):
             f"{share(warmup / max(total, 1))}, {end}")
 
 
+def schedules(ck, c, step):
+    """The schedules the weights followed, in words: the run's config's alone, or (a run resumed on another schedule,
+    e.g. a higher max_iters, where the lr went back up) each over the steps it ran, as the checkpoint records them."""
+    whole = lambda p: isinstance(p, (list, tuple)) and len(p) == 2 and type(p[0]) is int and isinstance(p[1], dict)
+    past = [p for p in ck.get("schedules") or [] if whole(p) and p[0] < step]
+    if len(past) < 2:
+        return schedule(c, step, ck.get("spent", 0.0))
+    parts = []
+    for i, (start, settings) in enumerate(past):
+        last = i + 1 == len(past)
+        end, s = step if last else past[i + 1][0], {**c, **{k: v for k, v in settings.items() if v is not None}}
+        by_steps = not s.get("max_minutes") and all(type(s.get(k)) in (int, float) for k in
+                                                     ("learning_rate", "warmup_iters", "max_iters"))
+        lr = by_steps and linear_schedule(start, s["learning_rate"], s["warmup_iters"], s["max_iters"],
+                                          s.get("decay_lr", True))
+        again = "" if not start else f" (resumed on another schedule, at lr {lr:.3g})" if by_steps else \
+            " (resumed on another schedule)"
+        parts.append(f"steps {start:,} to {end:,}{again}: {schedule(s, end, ck.get('spent', 0.0) if last else 0.0)}")
+    return "; ".join(parts)
+
+
 def model_card(ck, weights, source=None, out=None):
     """README.md of the exported folder, as the Hugging Face Hub reads it: YAML metadata, then what the model is, how
     it was trained (from the checkpoint's own settings), its last eval, how it was exported and what it cannot do."""
@@ -219,7 +240,7 @@ def model_card(ck, weights, source=None, out=None):
             rows += [("data", f"`{data}`: {CORPORA.get(data, 'a prepare_oscar.py dataset')}; blocks of "
                               f"{cfg.block_size} tokens, {c.get('mask_prob', 0.15):.0%} of each block's tokens masked"),
                      ("training", f"{step:,} steps of {seqs} sequences ({step * seqs * cfg.block_size:,} tokens), "
-                                  f"{schedule(c, step, ck.get('spent', 0.0))}; {c.get('dtype', '?')}, seed "
+                                  f"{schedules(ck, c, step)}; {c.get('dtype', '?')}, seed "
                                   f"{ck.get('init_seed', c.get('seed', '?'))}"
                                   + (f" (resumed with seed {c['seed']})" if ck.get("init_seed", c.get("seed")) !=
                                      c.get("seed") else ""))]

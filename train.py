@@ -85,7 +85,7 @@ compile = True  # torch.compile (falls back to eager, in one line, if it fails)
 peak_flops = 0.0  # device peak for the MFU estimate; 0 = the GPU's datasheet peak in this precision, if known
 # how a step computes, never what (docs/performance.md; a resume may change them)
 compile_mode = "default"  # 'default' | 'reduce-overhead' (CUDA graphs) | 'max-autotune' | 'max-autotune-no-cudagraphs'
-compile_optimizer = False  # torch.compile around the AdamW step too (bf16 and float32; with fp16's scaler: eager)
+compile_optimizer = False  # torch.compile around the AdamW step too, with compile=True (bf16, float32; fp16: eager)
 fused_qkv = False  # one matmul for the query, key and value projections (the parameters stay as they are)
 sdpa_backend = "auto"  # the attention kernel on a GPU: 'auto' | 'cudnn' | 'flash' | 'efficient' | 'math'
 fused_loss = False  # the MLM loss as logsumexp minus the target's logit, computed in float32 from the bf16 logits
@@ -100,6 +100,8 @@ check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch
       (0 <= dropout < 1, f"dropout must be in [0, 1), got {dropout}"),
       (attention_dropout is None or isinstance(attention_dropout, (int, float)) and 0 <= attention_dropout < 1,
        f"attention_dropout must be None or in [0, 1), got {attention_dropout!r}"),
+      (compile or not compile_optimizer, "compile_optimizer=True needs compile=True: an optimizer compiled beside an "
+                                         "eager model steps ~9x slower; set --compile=True, or drop compile_optimizer"),
       (compile_mode in COMPILE_MODES, f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {compile_mode!r}"),
       (sdpa_backend in SDPA_BACKENDS, f"sdpa_backend must be one of {', '.join(SDPA_BACKENDS)}, got {sdpa_backend!r}"),
       (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1

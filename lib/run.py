@@ -58,6 +58,9 @@ class Run:
         # (sample.py --untrained=True rebuilds the untrained model from this one)
         self.init_seed = self.ckpt.get("init_seed", self.ckpt["config"].get("seed", config["seed"])) if self.ckpt \
             else config["seed"]
+        # the schedules the weights followed, saved in every checkpoint: a resume on another one (a higher max_iters:
+        # the lr goes back up) starts a new entry, so that export_hf.py's model card tells them all
+        self.schedules = schedules(self.ckpt, config)
         self.data = None  # the dataset's fingerprint (dataloader.fingerprint), given to restore
         self.last_good = self.ckpt_path if self.resumed else None  # named when a run must stop
         self.signals, self.log, self.rng = [], None, None
@@ -137,7 +140,8 @@ class Run:
         if not all_finite(self.model.parameters()):
             self.stop("the weights are not finite (NaN/inf)", state["iter_num"])
         ck = {"model": self.model.state_dict(), "model_args": self.model_args, "config": self.config,
-              "run_id": self.run_id, "init_seed": self.init_seed, "data": self.data, **state}
+              "run_id": self.run_id, "init_seed": self.init_seed, "data": self.data, "schedules": self.schedules,
+              **state}
         if full:
             rng = {"cpu": torch.get_rng_state(),
                    "cuda": torch.cuda.get_rng_state() if self.device_type == "cuda" else None}
@@ -193,6 +197,23 @@ class Run:
         if self.flag_group is not None:
             dist.barrier(group=self.flag_group)
             dist.destroy_process_group()
+
+
+SCHEDULE_KEYS = ("learning_rate", "warmup_iters", "max_iters", "decay_lr", "max_minutes")  # what sets the lr's course
+
+
+def schedules(ckpt, config):
+    """[[first step, {SCHEDULE_KEYS: value}], ...]: the schedules a run followed, the last one config's (a new run: one;
+    a checkpoint from before this record: its own config's, from step 0)."""
+    course = lambda c: {k: c.get(k) for k in SCHEDULE_KEYS if k != "max_iters" or c.get("decay_lr", True) or
+                        c.get("max_minutes")}  # a constant lr does not depend on where the run ends
+    now = course(config)
+    if not ckpt:
+        return [[0, now]]
+    past = ckpt.get("schedules") or [[0, course(ckpt["config"])]]
+    if now == past[-1][1]:
+        return past
+    return [p for p in past if p[0] < ckpt["iter_num"]] + [[ckpt["iter_num"], now]]  # none left untaken
 
 
 # ----------------------------------------------------------------------------- is this the same run?

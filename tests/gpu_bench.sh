@@ -88,16 +88,29 @@ run() {  # run N NAME: part N under its timeout if that fits in the budget left;
   if ((SECONDS + limit > BUDGET)); then SUMMARY+=("$n $name: SKIP (its ${limit}s exceed the budget left)"); return; fi
   echo "== part $n: $name (timeout ${limit}s)"
   # SIGTERM at the limit: bench.py stops building and times what it built; SIGKILL GRACE s later if it is still busy
-  timeout -k "$GRACE" "$limit" bash -c "part$n" >"$LOG/part$n.log" 2>&1 & wait $! ; rc=$?
-  kill -KILL -- -$! 2>/dev/null
+  timeout -k "$GRACE" "$limit" bash -c "part$n" >"$LOG/part$n.log" 2>&1 & PART=$!; wait $PART; rc=$?
+  kill -KILL -- -$PART 2>/dev/null; PART=
   grep -E '^\| (ours|HF|#)|^ *(skipped|FAILED|stopped)|^[A-Za-z.]*(Error|Exception)' "$LOG/part$n.log" | tail -n 40
   figures=$(grep '^FIGURES' "$LOG/part$n.log" | tail -n 1 | cut -c9-)
   case $rc in 0) rc=PASS ;; 124 | 137) rc="FAIL (timeout ${limit}s)" ;; *) rc="FAIL (exit $rc)" ;; esac
   SUMMARY+=("$n $name: $rc in $((SECONDS - t0))s${figures:+; $figures}")
 }
 
+stop() {  # Ctrl-C or a SIGTERM of this script: timeout runs a part in a process group of its own, which the terminal's
+  # Ctrl-C does not reach, so that group is ended here (bench.py's Ctrl-C first, then KILL): nothing runs or writes on
+  if [[ -n ${PART:-} ]]; then
+    kill -INT -- -"$PART" 2>/dev/null
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 -- -"$PART" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL -- -"$PART" 2>/dev/null
+  fi
+  echo "gpu_bench: stopped by $1; the part that was running was ended, its JSON not written" >&2
+  exit 130
+}
+
 main() {
-  SUMMARY=()
+  SUMMARY=() PART=
+  trap 'stop SIGINT' INT
+  trap 'stop SIGTERM' TERM
   echo "gpu_bench: parts $PARTS$( ((DRY)) && echo ', dry (CPU)'), budget ${BUDGET}s, log $LOG"
   ((DRY)) || nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader
   "$PY" -c 'import importlib.util as u, sys, torch
@@ -116,5 +129,5 @@ sys.exit(0 if torch.cuda.is_available() or sys.argv[1] == "1" else "gpu_bench: P
   again=$(printf '%s\n' "${SUMMARY[@]}" | grep -v ': PASS' | cut -c1 | paste -sd,)  # a skipped part is no pass
   [ -z "$again" ] || { echo "again: bash tests/gpu_bench.sh --parts=$again$( ((DRY)) && echo ' --dry')"; return 1; }
 }
-main 2>&1 | tee "$LOG/gpu_bench.log"
+main 2>&1 | tee -i "$LOG/gpu_bench.log"  # -i: a Ctrl-C leaves it to log how main stopped
 exit "${PIPESTATUS[0]}"

@@ -247,7 +247,8 @@ def test_11_a_hand_edited_null_glue_result_is_named(tmp_path):
     (out / "glue_results.json").write_text(json.dumps(res))
     one_line_error(run_glue(*args), "glue_results.json: the result of rte seed 1 is damaged (edited by hand?)")
     assert json.loads((out / "glue_results.json").read_text())["runs"]["rte"]["1"] is None  # left as it is
-    assert fg.damaged({"stsb": {"2": {"dev": {"stsb": {"score": float("nan")}}}}}) == "stsb seed 2"
+    assert fg.damaged({"stsb": {"2": {"dev": {"stsb": {"score": float("nan")}}}}}) == \
+        "stsb seed 2 (its stsb score is missing or not a finite number)"  # and why
 
 
 # ---- 13: a garbage checkpoint is one line without torch's advice; a benchmark goes on without it ----------------

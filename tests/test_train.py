@@ -57,7 +57,8 @@ def test_loss_falls_for_each_operator(data_dir, tmp_path, attention_type, dtype)
 HEAT = ["--score_scale=8.0", "--score_scale_warmup=12", "--qk_lr_scale=0.5", "--qk_init_scale=2.0"]  # start or step
 
 
-FAST = ["--compile_optimizer=True", "--fused_qkv=True", "--fused_loss=True", "--attention_dropout=0.2"]  # issue #54
+FAST = ["--compile=True", "--compile_optimizer=True", "--fused_qkv=True", "--fused_loss=True",  # issue #54
+        "--attention_dropout=0.2"]
 
 
 @pytest.mark.parametrize("dtype,extra", [("float32", []), ("bfloat16", []), ("float32", HEAT), ("bfloat16", FAST)])

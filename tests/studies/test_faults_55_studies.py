@@ -12,7 +12,7 @@ import time
 import pytest
 
 from studies import study_glue
-from conftest import ROOT
+from conftest import ROOT, interrupted
 from studies import jobs
 from test_train import one_line_error
 
@@ -155,14 +155,7 @@ def test_57_the_third_studys_learning_rates_are_checked(arg):
 def test_57_ctrl_c_during_the_third_studys_run_is_one_line(tmp_path):
     """--dry on the CPU: a Ctrl-C once its run has started ends it with one line and 130, never a traceback."""
     work = tmp_path / "dry"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.Popen([sys.executable, "studies/study_small.py", "--dry=True", "--phase=pilot", f"--work={work}"],
-                         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log, t0 = work / "out" / "study_small.log", time.monotonic()
-    while not (log.exists() and "study_small: --dry" in log.read_text()) and time.monotonic() - t0 < 60:
-        time.sleep(0.1)
-    time.sleep(0.5)
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
-    assert p.returncode == 130, (p.returncode, err[-2000:])
+    rc, out, err = interrupted("studies/study_small.py", "--dry=True", "--phase=pilot", f"--work={work}",
+                               log=work / "out" / "study_small.log", ready="study_small: --dry", timeout=60)
+    assert rc == 130, (rc, err[-2000:])
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("study_small: interrupted by signal 2")
