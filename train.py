@@ -123,7 +123,8 @@ ddp, rank, local_rank, world, device, flag_group = set_up_processes(device, grad
 master, accum = rank == 0, gradient_accumulation_steps // world  # accum: micro-steps per process and step
 oom = f"train: out of GPU memory at batch_size {batch_size}: lower it and raise gradient_accumulation_steps (the " \
       "global batch stays the same)"
-device_type, dtype, dtype_why, ctx, peak = set_up(device, dtype, oom)
+asked = "as asked" if "dtype" in given else "the run's"  # not given: auto, or the precision a resumed run started with
+device_type, dtype, dtype_why, ctx, peak = set_up(device, dtype, oom, asked)
 peak = peak_flops or peak  # for MFU: the GPU's datasheet peak in this precision, unless given
 config["dtype"] = dtype  # the precision in use is the one saved with the run
 
@@ -303,7 +304,8 @@ while True:
             record["mfu"] = raw_model.estimate_mfu(tok_s / world, block_size, data.n_pred / block_size, peak)
         if master:
             run.log(record)
-            stats = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("type", "step", "time"))
+            stats = ", ".join(f"{k} {v:,.0f}" if k == "tokens_per_s" else f"{k} {v:.4g}"  # 18,060, never 1.806e+04
+                              for k, v in record.items() if k not in ("type", "step", "time"))
             if bar.disable:
                 print(f"step {iter_num}: {stats}", flush=True)
             else:

@@ -34,6 +34,8 @@ def test_help_lists_every_key_with_its_comment(script):
     for flag in ("--help", "-h"):
         p = subprocess.run([sys.executable, script, flag], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and p.stdout.startswith(f"usage: python {script}"), p.stderr
+        with open(os.path.join(ROOT, script)) as f:  # the docstring's lines as written: a shell line continuation
+            assert f.read().split('"""')[1].strip() in p.stdout  # (a backslash) is not joined to the next line
         lines = [line.split() for line in p.stdout.splitlines() if line.startswith("  --")]
         names = [[t.split("=")[0][2:] for t in itertools.takewhile(lambda t: t.startswith("--"), w)] for w in lines]
         assert [n for group in names for n in group] == config_keys(script)
