@@ -16,7 +16,6 @@ with max_minutes (its schedule follows the clock): docs/training.md. A run stopp
 then exits with 128 + the signal number; any other failure exits 1 (lib/run.py).
 """
 from lib import interrupt  # noqa: F401  first: a Ctrl-C while torch loads is one line (lib/interrupt.py)
-import json
 import math
 import os
 import sys
@@ -161,23 +160,7 @@ if master:
     print(f"{run.model_args['attention_type']} BERT, {n_params / 1e6:.2f}M parameters; {len(data.train):,} train / "
           f"{len(data.val):,} val blocks of {block_size}; {world} process(es) x {accum} micro-steps x {batch_size} = "
           f"{batch_size * gradient_accumulation_steps} sequences per step; {device}, {dtype} ({dtype_why})", flush=True)
-    if max_minutes:
-        print(f"budget: {max_minutes:g} minute{'s' * (max_minutes != 1)} of training steps (evals and saves not "
-              f"counted), {spent / 60:.2f} spent; the learning rate follows the fraction spent", flush=True)
-    if device_type == "cpu" and max_iters > iter_num:  # a GPU config started on a CPU: say so before hours pass
-        flops = raw_model.flops_per_token(block_size, data.n_pred / block_size) * batch_size * block_size * \
-            gradient_accumulation_steps * (max_iters - iter_num)
-        if flops > 0.4e12 * 86400:  # a day at 0.4 TFLOP/s, about what 2 x86 cores reach in bf16 (docs/performance.md)
-            print(f"note: the {max_iters - iter_num:,} steps to go are {flops:.2g} FLOPs: "
-                  f"~{flops / 0.4e12 / 86400:,.0f} days on a CPU at 0.4 TFLOP/s. This config is meant for GPUs; "
-                  "config/tiny*.py are the CPU ones", flush=True)
-    if device_type != "cuda" and sdpa_backend not in ("auto", "math"):  # model.set_kernels: a no-op there
-        print(f"note: sdpa_backend={sdpa_backend} is a GPU kernel: on {device_type} PyTorch picks its own", flush=True)
-    if compile_optimizer and scaler.is_enabled():
-        print("note: compile_optimizer is off under fp16: its GradScaler steps the fused AdamW eagerly", flush=True)
-    if warmup_iters > max_iters > 0:
-        print(f"note: warmup_iters ({warmup_iters}) > max_iters ({max_iters}): the learning rate never reaches "
-              f"{learning_rate:g}", flush=True)
+run.notes(raw_model, data.n_pred, iter_num, spent, device_type)  # the budget; settings that do less than they say
 
 # DDP, then torch.compile (tried at once: a failing compiler is one line, then eager)
 if compile and master:
@@ -206,23 +189,6 @@ def evaluate():
     diag = raw_model.diagnostics(evals[0][0].to(device), since)  # one batch, eager, float32
     raw_model.train()
     return (stats[0] / stats[2]).item(), (stats[1] / stats[2]).item(), diag
-
-
-def learnt(step, eval_loss):
-    """The last lines of a finished run: its eval loss beside the untrained model's (step 0, read from log.jsonl)
-    and U, that of guessing each token from its frequency alone (dataloader.frequency_only_loss)."""
-    first = None
-    try:
-        with open(os.path.join(run.out_dir, "log.jsonl")) as f:
-            first = next((r["loss"] for r in map(json.loads, f) if r.get("type") == "eval" and r.get("step") == 0),
-                         None)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass  # a damaged log: the lines go without it
-    u = data.frequency_only_loss(eval_iters)
-    return ("learnt: eval loss " + (f"{first:.2f} untrained (step 0), " if first is not None else "")
-            + f"{eval_loss:.2f} at step {step}: {abs(u - eval_loss):.2f} nats {'below' if eval_loss <= u else 'above'} "
-            f"U = {u:.2f}\n        (U: the loss of guessing each masked token from its frequency in the training data "
-            "alone, without context)")
 
 
 # the training loop
@@ -318,4 +284,4 @@ if stopping:
 if master:
     print(run.summary(iter_num, eval_loss, eval_acc, spent))
     if eval_loss is not None:
-        print(learnt(iter_num, eval_loss))
+        print(run.learnt(iter_num, eval_loss, data.frequency_only_loss(eval_iters)))

@@ -98,6 +98,30 @@ class Run:
                 print(f"resuming with {world} processes instead of {len(ck['rng'])}: dropout RNG re-seeded", flush=True)
         return iter_num, last_eval, eval_loss, ck.get("probe"), ck.get("spent", 0.0)
 
+    def notes(self, model, n_pred, step, spent, device_type):
+        """Rank 0's start-up notes: the budget, and settings that will not do what they seem to: a GPU-sized run on a
+        CPU (said before hours pass), a GPU attention kernel on another device, the compiled optimizer under fp16,
+        a warm-up longer than the run. model: for its FLOPs; n_pred: the predicted positions per sequence."""
+        if not self.master:
+            return
+        c, T = self.config, self.model_args["block_size"]
+        say = lambda s: print(s, flush=True)
+        if c["max_minutes"]:
+            say(f"budget: {c['max_minutes']:g} minute{'s' * (c['max_minutes'] != 1)} of training steps (evals and "
+                f"saves not counted), {spent / 60:.2f} spent; the learning rate follows the fraction spent")
+        steps = c["max_iters"] - step
+        flops = model.flops_per_token(T, n_pred / T) * c["batch_size"] * T * c["gradient_accumulation_steps"] * steps
+        if device_type == "cpu" and flops > 0.4e12 * 86400:  # a day at 0.4 TFLOP/s: 2 x86 cores in bf16 (performance)
+            say(f"note: the {steps:,} steps to go are {flops:.2g} FLOPs: ~{flops / 0.4e12 / 86400:,.0f} days on a CPU "
+                "at 0.4 TFLOP/s. This config is meant for GPUs; config/tiny*.py are the CPU ones")
+        if device_type != "cuda" and c["sdpa_backend"] not in ("auto", "math"):  # model.set_kernels: a no-op there
+            say(f"note: sdpa_backend={c['sdpa_backend']} is a GPU kernel: on {device_type} PyTorch picks its own")
+        if c["compile_optimizer"] and c["dtype"] == "float16":
+            say("note: compile_optimizer is off under fp16: its GradScaler steps the fused AdamW eagerly")
+        if c["warmup_iters"] > c["max_iters"] > 0:
+            say(f"note: warmup_iters ({c['warmup_iters']}) > max_iters ({c['max_iters']}): the learning rate never "
+                f"reaches {c['learning_rate']:g}")
+
     def restore_rng(self):
         """The interrupted run's RNG state, for a bit-exact continuation; the checkpoint is let go."""
         if self.rng is not None:
@@ -186,6 +210,21 @@ class Run:
                 f"--out_dir=hf/{name}\n      to train further: a higher --max_iters"
                 + (" or --max_minutes" if budget else "") + " with --init_from=resume"
                 + (" --target_loss=0" if c["target_loss"] else ""))
+
+    def learnt(self, step, eval_loss, u):
+        """The last lines of a finished run: its eval loss beside the untrained model's (step 0, read from log.jsonl)
+        and u, that of guessing each token from its frequency alone (dataloader.frequency_only_loss)."""
+        first = None
+        try:
+            with open(os.path.join(self.out_dir, "log.jsonl")) as f:
+                first = next((r["loss"] for r in map(json.loads, f) if r.get("type") == "eval" and r.get("step") == 0),
+                             None)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass  # a damaged log: the lines go without it
+        return ("learnt: eval loss " + (f"{first:.2f} untrained (step 0), " if first is not None else "")
+                + f"{eval_loss:.2f} at step {step}: {abs(u - eval_loss):.2f} nats "
+                f"{'below' if eval_loss <= u else 'above'} U = {u:.2f}\n        (U: the loss of guessing each masked "
+                "token from its frequency in the training data alone, without context)")
 
     def close(self):
         """Every process waits for rank 0's last save before the processes end: none leaves early (torchrun would
