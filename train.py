@@ -30,7 +30,7 @@ from lib.dataloader import PretrainingData
 from lib.device import set_up, set_up_processes
 from lib.run import Run
 from lib import step
-from lib.step import COMPILE_MODES, distribute_and_compile, optimizer_step, prepare_optimizer, schedule
+from lib.step import COMPILE_MODES, distribute_and_compile, optimizer_step, prepare_optimizer, schedule, sync_gradients
 from model import SDPA_BACKENDS, Bert, BertConfig, set_kernels
 
 # -----------------------------------------------------------------------------
@@ -162,11 +162,12 @@ if master:
           f"{batch_size * gradient_accumulation_steps} sequences per step; {device}, {dtype} ({dtype_why})", flush=True)
 run.notes(raw_model, data.n_pred, iter_num, spent, device_type)  # the budget; settings that do less than they say
 
-# DDP, then torch.compile (tried at once: a failing compiler is one line, then eager)
+# DDP, then torch.compile (tried at once: a failing compiler is one line, then eager). raw_model: the parameters
+# (the optimizer, saves, diagnostics); model: what a step calls; eval_model: the same without DDP
 if compile and master:
     print("compiling the model (torch.compile): the first step takes a while", flush=True)
-model, ddp_model, eval_model = distribute_and_compile(raw_model, ddp, compile, device_type, local_rank,
-                                                      get_batch(iter_num, 0), ctx, compile_mode)
+model, eval_model = distribute_and_compile(raw_model, ddp, compile, device_type, local_rank, get_batch(iter_num, 0),
+                                           ctx, compile_mode)
 torch.manual_seed(seed + rank)  # dropout: the same stream whether or not a compile trial drew from it
 run.restore_rng()  # a resumed run's RNG state: its dropout goes on to the bit
 
@@ -242,7 +243,7 @@ while True:
     train_loss = torch.zeros((), device=device)
     for micro in range(accum):
         if ddp:
-            ddp_model.require_backward_grad_sync = micro == accum - 1
+            sync_gradients(model, micro == accum - 1)
         with ctx:
             loss = model(x, y, pos)[1] / accum
         x, y, pos = get_batch(iter_num, micro + 1) if micro + 1 < accum else get_batch(iter_num + 1, 0)  # prefetch
