@@ -143,15 +143,14 @@ def get_batch(it, micro):
 
 evals = data.eval_set(eval_iters)  # each process takes every world-th batch
 
-# the model and its optimizer, as a resumed run left them
+# the model and its optimizer, as a resumed run left them, and the loop's state (lib/run.py: Run.restore)
 torch.manual_seed(seed + rank)  # DDP makes every process start from rank 0's weights
 raw_model = set_kernels(Bert(BertConfig(**run.model_args)).to(device), fused_qkv, sdpa_backend, fused_loss)
 optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type, qk_lr_scale)
 scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
-iter_num, last_eval, eval_loss, probe, spent = run.restore(raw_model, optimizer, scaler, rank, world, device_type,
-                                                           flag_group, data.fingerprint)
-# last_eval: the step of the latest eval (a resume skips it); probe: (step, scores) then, to see how fast they move;
-# spent: seconds of training steps so far (max_minutes' budget)
+start = run.restore(raw_model, optimizer, scaler, rank, world, device_type, flag_group, data.fingerprint)
+iter_num, last_eval, eval_loss, probe, spent = (start[k] for k in ("iter_num", "last_eval", "eval_loss", "probe",
+                                                                   "spent"))
 opt_step = prepare_optimizer(optimizer, device_type, compile_optimizer and not scaler.is_enabled(),  # compiled
                              compile_mode)  # lazily, at step 1; fp16's GradScaler steps the fused AdamW eagerly
 if master:

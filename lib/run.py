@@ -2,8 +2,8 @@
 A training run's life in its folder (out_dir), which train.py reads as `run = Run(...)`: the folder held by one
 process, the decision before any compute (a new run, the run there resumed with its own settings, or nothing to do),
 a resumed run's state restored to the bit, saves that are whole and never of a non-finite model, the stop on a
-signal at the end of a step (every process together), and the log. What makes two settings the same run
-(run_changes) is here too: study.py asks it of its records.
+signal at the end of a step (every process together), the log, and what it says at its start and end (notes,
+learnt, summary). What makes two settings the same run (run_changes) is here too: study.py asks it of its records.
 """
 import dataclasses
 import json
@@ -63,14 +63,16 @@ class Run:
         self.signals, self.log, self.rng = [], None, None
 
     def restore(self, model, optimizer, scaler, rank=0, world=1, device_type="cpu", flag_group=None, data=None):
-        """The resumed run's model, optimizer and loss scaler, and its loop state (iter_num, last_eval, eval_loss,
-        probe, spent); a new run's is (0, -1, None, None, 0.0). Its RNG state waits for restore_rng (compiling draws
-        from it). The run keeps what it needs to save and to stop. data: the dataset's fingerprint, which a resume
-        checks against the run's own (other data would mix two eval sets in one log)."""
+        """The resumed run's model, optimizer and loss scaler, and its loop state as save() wrote it: {iter_num,
+        last_eval (the step of its latest eval: a resume skips it), eval_loss, probe ((step, scores) at that eval, to
+        see how fast the scores move), spent (seconds of training steps: max_minutes' budget)}; a new run's is step 0
+        with no eval. Its RNG state waits for restore_rng (compiling draws from it). The run keeps what it needs to
+        save and to stop. data: the dataset's fingerprint, which a resume checks against the run's own (other data
+        would mix two eval sets in one log)."""
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.world, self.device_type, self.flag_group, self.data = world, device_type, flag_group, data
         if not self.resumed:
-            return 0, -1, None, None, 0.0
+            return {"iter_num": 0, "last_eval": -1, "eval_loss": None, "probe": None, "spent": 0.0}
         ck = self.ckpt
         if data and ck.get("data") and ck["data"] != data:
             raise SystemExit(f"train: the dataset {self.config['dataset']} is not the data {self.ckpt_path} was trained "
@@ -96,7 +98,8 @@ class Run:
                       flush=True)
             if self.rng is None:
                 print(f"resuming with {world} processes instead of {len(ck['rng'])}: dropout RNG re-seeded", flush=True)
-        return iter_num, last_eval, eval_loss, ck.get("probe"), ck.get("spent", 0.0)
+        return {"iter_num": iter_num, "last_eval": last_eval, "eval_loss": eval_loss, "probe": ck.get("probe"),
+                "spent": ck.get("spent", 0.0)}
 
     def notes(self, model, n_pred, step, spent, device_type):
         """Rank 0's start-up notes: the budget, and settings that will not do what they seem to: a GPU-sized run on a
@@ -263,26 +266,30 @@ def is_finished(ck, config):
 
 
 def open_run(out_dir, config, given):
-    """train.py's policy for out_dir, decided before any compute. Returns (ckpt, model_args, changed):
-    - init_from='resume': the run of out_dir/ckpt.pt goes on. Every setting not given now (`given`: those set by a
-      config file or --key=value) is the run's own, its precision too (config is updated in place); `changed` lists
-      the given ones that make it another run (not an exact continuation). Asking for another model is an error.
-    - a new run: ckpt is None. The same run, finished, is nothing to do (NothingToDo); any other run there is never
-      touched (an error). A folder with nothing saved of this run yet (empty, or this run's log.jsonl alone) starts
-      it, whether asked to start or to resume."""
+    """train.py's decision for out_dir, before any compute: one of four outcomes.
+    - a new run: (None, model_args, []). The folder holds nothing of a run, or only this run's log.jsonl (killed
+      before its first save): it starts from step 0 whether asked to start or to resume, so that a requeued job goes
+      on with the same command.
+    - a resume (init_from='resume' and a ckpt.pt): (ckpt, model_args, changed). Every setting not given now (`given`:
+      set by a config file or --key=value) is the run's own, its precision too (config is updated in place);
+      `changed` lists the given ones that make it another run (not an exact continuation).
+    - nothing to do: NothingToDo, when the run asked for is there, finished.
+    - refused (SystemExit, one line, nothing touched): another run is there; this run is there unfinished but a new
+      start was asked for; the checkpoint is not the log's run; a resume asks for another model."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     model_keys = [f.name for f in dataclasses.fields(BertConfig) if f.name in config]
     head = log_head(os.path.join(out_dir, "log.jsonl"))  # the run this folder's log belongs to (None: unknown)
     snapshots = os.path.join(out_dir, "snapshots")
     found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
     found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
+
+    # nothing saved of this run yet (an empty folder, or this run killed or diverged before its first save): new
     if "ckpt.pt" not in found and (not found or head and not run_changes(head["config"], config)):
-        # nothing saved yet: an empty folder, or this run killed (or diverged) before its first save. It starts from
-        # step 0, asked to start or to resume, so that a requeued job goes on with the same command
         if config["init_from"] == "resume" or found:
             print(f"{out_dir} holds no checkpoint of this run yet (nothing saved): starting it from step 0", flush=True)
         config["init_from"], found = "scratch", []
-    if config["init_from"] == "resume":
+
+    if config["init_from"] == "resume":  # the checkpoint's run, with its own settings where none are given
         ckpt = load_checkpoint(ckpt_path, resume=True)
         if head and (head.get("run_id") != ckpt["run_id"] if ckpt.get("run_id") else  # an old checkpoint: its settings
                      run_changes(head["config"], ckpt["config"], MACHINE_KEYS + ("max_iters",))):
@@ -300,6 +307,8 @@ def open_run(out_dir, config, given):
             raise SystemExit(f"train: resuming {ckpt_path}, but the settings ask for another model: {', '.join(clash)}."
                              " Drop them to resume, or start a new out_dir")
         return ckpt, model_args, sorted(run_changes(ckpt["config"], config))
+
+    # a new start asked for where a checkpoint is: the same run finished is nothing to do; unfinished, refused
     if "ckpt.pt" in found:
         try:
             old = load_checkpoint(ckpt_path, resume=True)
@@ -314,10 +323,10 @@ def open_run(out_dir, config, given):
                                   f"do. To train it further: {further}; a new run: another --out_dir")
             raise SystemExit(f"train: {out_dir} holds this run, saved at step {old['iter_num']}: continue it with "
                              "--init_from=resume (a new start would overwrite it), or choose another out_dir")
-    if found:
+    if found:  # another run's files
         raise SystemExit(f"train: {out_dir} holds another run ({', '.join(found)}): continue it with "
                          "--init_from=resume, or choose another out_dir (nothing is overwritten)")
-    try:
+    try:  # a new run
         return None, vars(BertConfig(**{k: config[k] for k in model_keys})), []
     except ValueError as e:
         raise SystemExit(f"train: {e}")
