@@ -1,4 +1,4 @@
-"""
+r"""
 Times MLM pre-training steps (forward + backward + AdamW) for each attention_type, and Hugging Face
 BertForMaskedLM (SDPA attention) on the same shape, vocabulary, batch and masking when `transformers`
 is installed (it is not a requirement of this project), in each precision under the same autocast.

@@ -284,7 +284,8 @@ def task_data(task, data_dir, max_seq_len, max_train_samples=0):
     sets['train'] = sets['train'][:max_train_samples or None]
     data = {k: encode(rows, max_seq_len) for k, rows in sets.items()}
     cut = sum(int(np.sum(d['len'] == max_seq_len)) for d in data.values())
-    print(f"{task}: " + ", ".join(f"{k} {len(r)} rows" for k, r in sets.items())
+    split = {'train': 'train', **TASKS[task].dev}  # the dev splits by their file's name (mnli: two)
+    print(f"{task}: " + ", ".join(f"{split[k]} {len(r)} rows" for k, r in sets.items())
           + f"; {cut} at the {max_seq_len}-token limit ({time.time() - t0:.1f}s)")
     return data
 

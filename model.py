@@ -221,8 +221,8 @@ class Layer(nn.Module):
         """rows (flat indices into the B*T positions): the output only there. Attention still reads every
         position; the residual, LayerNorms and MLP then run on those rows alone (the last layer under the MLM
         and GLUE heads, as MosaicBERT does)."""
-        x = self.ln_attn(select(x, rows) + self.drop(select(self.attn(x, mask), rows)))
-        return self.ln_mlp(x + self.drop(self.proj(self.sub_ln(F.gelu(self.fc(x))))))
+        x = self.ln_attn(select(x, rows) + self.drop(select(self.attn(x, mask), rows)))  # (B, T, C) -> (n, C) rows
+        return self.ln_mlp(x + self.drop(self.proj(self.sub_ln(F.gelu(self.fc(x))))))  # (B, T, C), or (n, C)
 
 
 class Encoder(nn.Module):
@@ -239,7 +239,7 @@ class Encoder(nn.Module):
         """(B, T, C) hidden states; with rows (flat positions), the (n, C) states of those rows only: the
         last layer then reads keys and values everywhere but computes the rest only there (as MosaicBERT)."""
         x, mask = self.embed(idx, token_type_ids), padding_mask(attention_mask)
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layers):  # x: (B, T, C) through every layer; the last one, given rows: (n, C)
             x = layer(x, mask, rows if i == len(self.layers) - 1 else None)
         return x
 
@@ -375,11 +375,11 @@ class Bert(nn.Module):
         predicted positions and logits has one row per computed position: at pos (flat indices into B*T, as
         dataloader.mask_tokens returns them: a fixed number, so that shapes stay static under torch.compile; a
         position there whose target is -100 does not count), else at every position with a target."""
-        if targets is None:
+        if targets is None:  # (B, T, vocab)
             return self.head(self.encoder(idx, attention_mask, token_type_ids)), None
         targets = targets.reshape(-1)
         pos = (targets != -100).nonzero().squeeze(1) if pos is None else pos
-        logits = self.head(self.encoder(idx, attention_mask, token_type_ids, rows=pos))
+        logits = self.head(self.encoder(idx, attention_mask, token_type_ids, rows=pos))  # (n, vocab), n = len(pos)
         # detached: every output of a compiled graph gets a gradient, and the logits' would be a zero tensor the size
         # of the head (608 x 50304 floats at the study's shape: a tenth of its step), written and read for nothing
         loss = mlm_loss(logits, targets[pos]) if self.fused_loss else \
@@ -468,7 +468,7 @@ class BertClassifier(nn.Module):
 
     def forward(self, idx, labels=None, attention_mask=None, token_type_ids=None):
         cls_rows = torch.arange(idx.size(0), device=idx.device) * idx.size(1)  # the first token of each row
-        x = self.encoder(idx, attention_mask, token_type_ids, rows=cls_rows)
+        x = self.encoder(idx, attention_mask, token_type_ids, rows=cls_rows)  # (B, C): the [CLS] states alone
         logits = self.classifier(self.drop(torch.tanh(self.pooler(x))))
         if labels is None:
             return logits, None

@@ -16,7 +16,6 @@ with max_minutes (its schedule follows the clock): docs/training.md. A run stopp
 then exits with 128 + the signal number; any other failure exits 1 (lib/run.py).
 """
 from lib import interrupt  # noqa: F401  first: a Ctrl-C while torch loads is one line (lib/interrupt.py)
-import json
 import math
 import os
 import sys
@@ -31,7 +30,7 @@ from lib.dataloader import PretrainingData
 from lib.device import set_up, set_up_processes
 from lib.run import Run
 from lib import step
-from lib.step import COMPILE_MODES, distribute_and_compile, optimizer_step, prepare_optimizer, schedule
+from lib.step import COMPILE_MODES, distribute_and_compile, optimizer_step, prepare_optimizer, schedule, sync_gradients
 from model import SDPA_BACKENDS, Bert, BertConfig, set_kernels
 
 # -----------------------------------------------------------------------------
@@ -125,7 +124,8 @@ ddp, rank, local_rank, world, device, flag_group = set_up_processes(device, grad
 master, accum = rank == 0, gradient_accumulation_steps // world  # accum: micro-steps per process and step
 oom = f"train: out of GPU memory at batch_size {batch_size}: lower it and raise gradient_accumulation_steps (the " \
       "global batch stays the same)"
-device_type, dtype, dtype_why, ctx, peak = set_up(device, dtype, oom)
+asked = "as asked" if "dtype" in given else "the run's"  # not given: auto, or the precision a resumed run started with
+device_type, dtype, dtype_why, ctx, peak = set_up(device, dtype, oom, asked)
 peak = peak_flops or peak  # for MFU: the GPU's datasheet peak in this precision, unless given
 config["dtype"] = dtype  # the precision in use is the one saved with the run
 
@@ -145,15 +145,14 @@ def get_batch(it, micro):
 
 evals = data.eval_set(eval_iters)  # each process takes every world-th batch
 
-# the model and its optimizer, as a resumed run left them
+# the model and its optimizer, as a resumed run left them, and the loop's state (lib/run.py: Run.restore)
 torch.manual_seed(seed + rank)  # DDP makes every process start from rank 0's weights
 raw_model = set_kernels(Bert(BertConfig(**run.model_args)).to(device), fused_qkv, sdpa_backend, fused_loss)
 optimizer = raw_model.configure_optimizers(weight_decay, learning_rate, (beta1, beta2), eps, device_type, qk_lr_scale)
 scaler = torch.amp.GradScaler(device_type, enabled=(dtype == "float16"))
-iter_num, last_eval, eval_loss, probe, spent = run.restore(raw_model, optimizer, scaler, rank, world, device_type,
-                                                           flag_group, data.fingerprint)
-# last_eval: the step of the latest eval (a resume skips it); probe: (step, scores) then, to see how fast they move;
-# spent: seconds of training steps so far (max_minutes' budget)
+start = run.restore(raw_model, optimizer, scaler, rank, world, device_type, flag_group, data.fingerprint)
+iter_num, last_eval, eval_loss, probe, spent = (start[k] for k in ("iter_num", "last_eval", "eval_loss", "probe",
+                                                                   "spent"))
 opt_step = prepare_optimizer(optimizer, device_type, compile_optimizer and not scaler.is_enabled(),  # compiled
                              compile_mode)  # lazily, at step 1; fp16's GradScaler steps the fused AdamW eagerly
 if master:
@@ -162,29 +161,14 @@ if master:
     print(f"{run.model_args['attention_type']} BERT, {n_params / 1e6:.2f}M parameters; {len(data.train):,} train / "
           f"{len(data.val):,} val blocks of {block_size}; {world} process(es) x {accum} micro-steps x {batch_size} = "
           f"{batch_size * gradient_accumulation_steps} sequences per step; {device}, {dtype} ({dtype_why})", flush=True)
-    if max_minutes:
-        print(f"budget: {max_minutes:g} minute{'s' * (max_minutes != 1)} of training steps (evals and saves not "
-              f"counted), {spent / 60:.2f} spent; the learning rate follows the fraction spent", flush=True)
-    if device_type == "cpu" and max_iters > iter_num:  # a GPU config started on a CPU: say so before hours pass
-        flops = raw_model.flops_per_token(block_size, data.n_pred / block_size) * batch_size * block_size * \
-            gradient_accumulation_steps * (max_iters - iter_num)
-        if flops > 0.4e12 * 86400:  # a day at 0.4 TFLOP/s, about what 2 x86 cores reach in bf16 (docs/performance.md)
-            print(f"note: the {max_iters - iter_num:,} steps to go are {flops:.2g} FLOPs: "
-                  f"~{flops / 0.4e12 / 86400:,.0f} days on a CPU at 0.4 TFLOP/s. This config is meant for GPUs; "
-                  "config/tiny*.py are the CPU ones", flush=True)
-    if device_type != "cuda" and sdpa_backend not in ("auto", "math"):  # model.set_kernels: a no-op there
-        print(f"note: sdpa_backend={sdpa_backend} is a GPU kernel: on {device_type} PyTorch picks its own", flush=True)
-    if compile_optimizer and scaler.is_enabled():
-        print("note: compile_optimizer is off under fp16: its GradScaler steps the fused AdamW eagerly", flush=True)
-    if warmup_iters > max_iters > 0:
-        print(f"note: warmup_iters ({warmup_iters}) > max_iters ({max_iters}): the learning rate never reaches "
-              f"{learning_rate:g}", flush=True)
+run.notes(raw_model, data.n_pred, iter_num, spent, device_type)  # the budget; settings that do less than they say
 
-# DDP, then torch.compile (tried at once: a failing compiler is one line, then eager)
+# DDP, then torch.compile (tried at once: a failing compiler is one line, then eager). raw_model: the parameters
+# (the optimizer, saves, diagnostics); model: what a step calls; eval_model: the same without DDP
 if compile and master:
     print("compiling the model (torch.compile): the first step takes a while", flush=True)
-model, ddp_model, eval_model = distribute_and_compile(raw_model, ddp, compile, device_type, local_rank,
-                                                      get_batch(iter_num, 0), ctx, compile_mode)
+model, eval_model = distribute_and_compile(raw_model, ddp, compile, device_type, local_rank, get_batch(iter_num, 0),
+                                           ctx, compile_mode)
 torch.manual_seed(seed + rank)  # dropout: the same stream whether or not a compile trial drew from it
 run.restore_rng()  # a resumed run's RNG state: its dropout goes on to the bit
 
@@ -207,23 +191,6 @@ def evaluate():
     diag = raw_model.diagnostics(evals[0][0].to(device), since)  # one batch, eager, float32
     raw_model.train()
     return (stats[0] / stats[2]).item(), (stats[1] / stats[2]).item(), diag
-
-
-def learnt(step, eval_loss):
-    """The last lines of a finished run: its eval loss beside the untrained model's (step 0, read from log.jsonl)
-    and U, that of guessing each token from its frequency alone (dataloader.frequency_only_loss)."""
-    first = None
-    try:
-        with open(os.path.join(run.out_dir, "log.jsonl")) as f:
-            first = next((r["loss"] for r in map(json.loads, f) if r.get("type") == "eval" and r.get("step") == 0),
-                         None)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass  # a damaged log: the lines go without it
-    u = data.frequency_only_loss(eval_iters)
-    return ("learnt: eval loss " + (f"{first:.2f} untrained (step 0), " if first is not None else "")
-            + f"{eval_loss:.2f} at step {step}: {abs(u - eval_loss):.2f} nats {'below' if eval_loss <= u else 'above'} "
-            f"U = {u:.2f}\n        (U: the loss of guessing each masked token from its frequency in the training data "
-            "alone, without context)")
 
 
 # the training loop
@@ -277,7 +244,7 @@ while True:
     train_loss = torch.zeros((), device=device)
     for micro in range(accum):
         if ddp:
-            ddp_model.require_backward_grad_sync = micro == accum - 1
+            sync_gradients(model, micro == accum - 1)
         with ctx:
             loss = model(x, y, pos)[1] / accum
         x, y, pos = get_batch(iter_num, micro + 1) if micro + 1 < accum else get_batch(iter_num + 1, 0)  # prefetch
@@ -305,7 +272,8 @@ while True:
             record["mfu"] = raw_model.estimate_mfu(tok_s / world, block_size, data.n_pred / block_size, peak)
         if master:
             run.log(record)
-            stats = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k not in ("type", "step", "time"))
+            stats = ", ".join(f"{k} {v:,.0f}" if k == "tokens_per_s" else f"{k} {v:.4g}"  # 18,060, never 1.806e+04
+                              for k, v in record.items() if k not in ("type", "step", "time"))
             if bar.disable:
                 print(f"step {iter_num}: {stats}", flush=True)
             else:
@@ -318,4 +286,4 @@ if stopping:
 if master:
     print(run.summary(iter_num, eval_loss, eval_acc, spent))
     if eval_loss is not None:
-        print(learnt(iter_num, eval_loss))
+        print(run.learnt(iter_num, eval_loss, data.frequency_only_loss(eval_iters)))

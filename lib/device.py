@@ -33,9 +33,9 @@ def cpu_has_native_bf16(cpuinfo="/proc/cpuinfo"):
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
-def resolve_dtype(dtype, device_type):
+def resolve_dtype(dtype, device_type, asked="as asked"):
     """(dtype, why). 'auto' -> bfloat16 on a GPU that has it, float16 on an older GPU, bfloat16 on a CPU with
-    native bf16, float32 elsewhere (an older CPU, MPS). What the user asks for stands."""
+    native bf16, float32 elsewhere (an older CPU, MPS). Any other stands, and why is `asked` (a resume: "the run's")."""
     if dtype == "auto":
         if device_type == "cuda":  # by the compute capability: is_bf16_supported() also counts emulated bf16
             major, minor = torch.cuda.get_device_capability()
@@ -48,7 +48,7 @@ def resolve_dtype(dtype, device_type):
         return "float32", f"auto: no native bf16 on this {device_type.upper()}"
     if dtype not in ("float32", "bfloat16", "float16"):
         raise SystemExit(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
-    return dtype, "as asked"
+    return dtype, asked
 
 
 def autocast(device_type, dtype):
@@ -72,11 +72,11 @@ def set_up_processes(device, gradient_accumulation_steps):
     return True, rank, local_rank, world, device, dist.new_group(backend="gloo")
 
 
-def set_up(device, dtype, oom_hint=None):
+def set_up(device, dtype, oom_hint=None, asked="as asked"):
     """The device checked, the precision chosen, deterministic algorithms on a CPU (two runs of the same settings give
     the same numbers to the bit, compiled too), TF32 allowed for float32 matmuls on a GPU, and an out-of-memory
     error on the GPU made one line (oom_hint) if given: (device_type, dtype, why, autocast context, the GPU's
-    datasheet peak FLOP/s in that precision or 0)."""
+    datasheet peak FLOP/s in that precision or 0). asked: why a dtype other than auto (resolve_dtype)."""
     device_type = check_device(device)
     if device_type == "cuda":
         torch.cuda.set_device(torch.device(device).index or 0)  # RNG states and the device name are this GPU's
@@ -86,7 +86,7 @@ def set_up(device, dtype, oom_hint=None):
         # order the threads come; in deterministic mode inductor calls ATen's ordered kernel instead
         torch.use_deterministic_algorithms(True, warn_only=True)
         torch.utils.deterministic.fill_uninitialized_memory = False  # not needed for that, and it costs time
-    dtype, why = resolve_dtype(dtype, device_type)
+    dtype, why = resolve_dtype(dtype, device_type, asked)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if oom_hint:
         one_line_out_of_memory(oom_hint)

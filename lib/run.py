@@ -2,8 +2,8 @@
 A training run's life in its folder (out_dir), which train.py reads as `run = Run(...)`: the folder held by one
 process, the decision before any compute (a new run, the run there resumed with its own settings, or nothing to do),
 a resumed run's state restored to the bit, saves that are whole and never of a non-finite model, the stop on a
-signal at the end of a step (every process together), and the log. What makes two settings the same run
-(run_changes) is here too: study.py asks it of its records.
+signal at the end of a step (every process together), the log, and what it says at its start and end (notes,
+learnt, summary). What makes two settings the same run (run_changes) is here too: study.py asks it of its records.
 """
 import dataclasses
 import json
@@ -66,14 +66,16 @@ class Run:
         self.signals, self.log, self.rng = [], None, None
 
     def restore(self, model, optimizer, scaler, rank=0, world=1, device_type="cpu", flag_group=None, data=None):
-        """The resumed run's model, optimizer and loss scaler, and its loop state (iter_num, last_eval, eval_loss,
-        probe, spent); a new run's is (0, -1, None, None, 0.0). Its RNG state waits for restore_rng (compiling draws
-        from it). The run keeps what it needs to save and to stop. data: the dataset's fingerprint, which a resume
-        checks against the run's own (other data would mix two eval sets in one log)."""
+        """The resumed run's model, optimizer and loss scaler, and its loop state as save() wrote it: {iter_num,
+        last_eval (the step of its latest eval: a resume skips it), eval_loss, probe ((step, scores) at that eval, to
+        see how fast the scores move), spent (seconds of training steps: max_minutes' budget)}; a new run's is step 0
+        with no eval. Its RNG state waits for restore_rng (compiling draws from it). The run keeps what it needs to
+        save and to stop. data: the dataset's fingerprint, which a resume checks against the run's own (other data
+        would mix two eval sets in one log)."""
         self.model, self.optimizer, self.scaler = model, optimizer, scaler
         self.world, self.device_type, self.flag_group, self.data = world, device_type, flag_group, data
         if not self.resumed:
-            return 0, -1, None, None, 0.0
+            return {"iter_num": 0, "last_eval": -1, "eval_loss": None, "probe": None, "spent": 0.0}
         ck = self.ckpt
         if data and ck.get("data") and ck["data"] != data:
             raise SystemExit(f"train: the dataset {self.config['dataset']} is not the data {self.ckpt_path} was trained "
@@ -99,7 +101,32 @@ class Run:
                       flush=True)
             if self.rng is None:
                 print(f"resuming with {world} processes instead of {len(ck['rng'])}: dropout RNG re-seeded", flush=True)
-        return iter_num, last_eval, eval_loss, ck.get("probe"), ck.get("spent", 0.0)
+        return {"iter_num": iter_num, "last_eval": last_eval, "eval_loss": eval_loss, "probe": ck.get("probe"),
+                "spent": ck.get("spent", 0.0)}
+
+    def notes(self, model, n_pred, step, spent, device_type):
+        """Rank 0's start-up notes: the budget, and settings that will not do what they seem to: a GPU-sized run on a
+        CPU (said before hours pass), a GPU attention kernel on another device, the compiled optimizer under fp16,
+        a warm-up longer than the run. model: for its FLOPs; n_pred: the predicted positions per sequence."""
+        if not self.master:
+            return
+        c, T = self.config, self.model_args["block_size"]
+        say = lambda s: print(s, flush=True)
+        if c["max_minutes"]:
+            say(f"budget: {c['max_minutes']:g} minute{'s' * (c['max_minutes'] != 1)} of training steps (evals and "
+                f"saves not counted), {spent / 60:.2f} spent; the learning rate follows the fraction spent")
+        steps = c["max_iters"] - step
+        flops = model.flops_per_token(T, n_pred / T) * c["batch_size"] * T * c["gradient_accumulation_steps"] * steps
+        if device_type == "cpu" and flops > 0.4e12 * 86400:  # a day at 0.4 TFLOP/s: 2 x86 cores in bf16 (performance)
+            say(f"note: the {steps:,} steps to go are {flops:.2g} FLOPs: ~{flops / 0.4e12 / 86400:,.0f} days on a CPU "
+                "at 0.4 TFLOP/s. This config is meant for GPUs; config/tiny*.py are the CPU ones")
+        if device_type != "cuda" and c["sdpa_backend"] not in ("auto", "math"):  # model.set_kernels: a no-op there
+            say(f"note: sdpa_backend={c['sdpa_backend']} is a GPU kernel: on {device_type} PyTorch picks its own")
+        if c["compile_optimizer"] and c["dtype"] == "float16":
+            say("note: compile_optimizer is off under fp16: its GradScaler steps the fused AdamW eagerly")
+        if c["warmup_iters"] > c["max_iters"] > 0:
+            say(f"note: warmup_iters ({c['warmup_iters']}) > max_iters ({c['max_iters']}): the learning rate never "
+                f"reaches {c['learning_rate']:g}")
 
     def restore_rng(self):
         """The interrupted run's RNG state, for a bit-exact continuation; the checkpoint is let go."""
@@ -191,6 +218,21 @@ class Run:
                 + (" or --max_minutes" if budget else "") + " with --init_from=resume"
                 + (" --target_loss=0" if c["target_loss"] else ""))
 
+    def learnt(self, step, eval_loss, u):
+        """The last lines of a finished run: its eval loss beside the untrained model's (step 0, read from log.jsonl)
+        and u, that of guessing each token from its frequency alone (dataloader.frequency_only_loss)."""
+        first = None
+        try:
+            with open(os.path.join(self.out_dir, "log.jsonl")) as f:
+                first = next((r["loss"] for r in map(json.loads, f) if r.get("type") == "eval" and r.get("step") == 0),
+                             None)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass  # a damaged log: the lines go without it
+        return ("learnt: eval loss " + (f"{first:.2f} untrained (step 0), " if first is not None else "")
+                + f"{eval_loss:.2f} at step {step}: {abs(u - eval_loss):.2f} nats "
+                f"{'below' if eval_loss <= u else 'above'} U = {u:.2f}\n        (U: the loss of guessing each masked "
+                "token from its frequency in the training data alone, without context)")
+
     def close(self):
         """Every process waits for rank 0's last save before the processes end: none leaves early (torchrun would
         stop the others while rank 0 is still writing)."""
@@ -245,26 +287,30 @@ def is_finished(ck, config):
 
 
 def open_run(out_dir, config, given):
-    """train.py's policy for out_dir, decided before any compute. Returns (ckpt, model_args, changed):
-    - init_from='resume': the run of out_dir/ckpt.pt goes on. Every setting not given now (`given`: those set by a
-      config file or --key=value) is the run's own, its precision too (config is updated in place); `changed` lists
-      the given ones that make it another run (not an exact continuation). Asking for another model is an error.
-    - a new run: ckpt is None. The same run, finished, is nothing to do (NothingToDo); any other run there is never
-      touched (an error). A folder with nothing saved of this run yet (empty, or this run's log.jsonl alone) starts
-      it, whether asked to start or to resume."""
+    """train.py's decision for out_dir, before any compute: one of four outcomes.
+    - a new run: (None, model_args, []). The folder holds nothing of a run, or only this run's log.jsonl (killed
+      before its first save): it starts from step 0 whether asked to start or to resume, so that a requeued job goes
+      on with the same command.
+    - a resume (init_from='resume' and a ckpt.pt): (ckpt, model_args, changed). Every setting not given now (`given`:
+      set by a config file or --key=value) is the run's own, its precision too (config is updated in place);
+      `changed` lists the given ones that make it another run (not an exact continuation).
+    - nothing to do: NothingToDo, when the run asked for is there, finished.
+    - refused (SystemExit, one line, nothing touched): another run is there; this run is there unfinished but a new
+      start was asked for; the checkpoint is not the log's run; a resume asks for another model."""
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     model_keys = [f.name for f in dataclasses.fields(BertConfig) if f.name in config]
     head = log_head(os.path.join(out_dir, "log.jsonl"))  # the run this folder's log belongs to (None: unknown)
     snapshots = os.path.join(out_dir, "snapshots")
     found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
     found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
+
+    # nothing saved of this run yet (an empty folder, or this run killed or diverged before its first save): new
     if "ckpt.pt" not in found and (not found or head and not run_changes(head["config"], config)):
-        # nothing saved yet: an empty folder, or this run killed (or diverged) before its first save. It starts from
-        # step 0, asked to start or to resume, so that a requeued job goes on with the same command
         if config["init_from"] == "resume" or found:
             print(f"{out_dir} holds no checkpoint of this run yet (nothing saved): starting it from step 0", flush=True)
         config["init_from"], found = "scratch", []
-    if config["init_from"] == "resume":
+
+    if config["init_from"] == "resume":  # the checkpoint's run, with its own settings where none are given
         ckpt = load_checkpoint(ckpt_path, resume=True)
         if head and (head.get("run_id") != ckpt["run_id"] if ckpt.get("run_id") else  # an old checkpoint: its settings
                      run_changes(head["config"], ckpt["config"], MACHINE_KEYS + ("max_iters",))):
@@ -282,6 +328,8 @@ def open_run(out_dir, config, given):
             raise SystemExit(f"train: resuming {ckpt_path}, but the settings ask for another model: {', '.join(clash)}."
                              " Drop them to resume, or start a new out_dir")
         return ckpt, model_args, sorted(run_changes(ckpt["config"], config))
+
+    # a new start asked for where a checkpoint is: the same run finished is nothing to do; unfinished, refused
     if "ckpt.pt" in found:
         try:
             old = load_checkpoint(ckpt_path, resume=True)
@@ -296,10 +344,10 @@ def open_run(out_dir, config, given):
                                   f"do. To train it further: {further}; a new run: another --out_dir")
             raise SystemExit(f"train: {out_dir} holds this run, saved at step {old['iter_num']}: continue it with "
                              "--init_from=resume (a new start would overwrite it), or choose another out_dir")
-    if found:
+    if found:  # another run's files
         raise SystemExit(f"train: {out_dir} holds another run ({', '.join(found)}): continue it with "
                          "--init_from=resume, or choose another out_dir (nothing is overwritten)")
-    try:
+    try:  # a new run
         return None, vars(BertConfig(**{k: config[k] for k in model_keys})), []
     except ValueError as e:
         raise SystemExit(f"train: {e}")

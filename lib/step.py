@@ -45,19 +45,23 @@ def compile_model(model, device_type, batch=None, ctx=nullcontext(), mode="defau
 
 def distribute_and_compile(raw_model, ddp, compile, device_type, local_rank=0, batch=None, ctx=nullcontext(),
                            mode="default"):
-    """(the model to train, its DDP wrapper or None, the model to evaluate). DDP first, then torch.compile, as
-    PyTorch advises: DDP's optimizer then splits the compiled graph at the gradient buckets, so that the all-reduce
-    overlaps the backward (compiled first, the backward is one node and every bucket waits for its end). Evals run
-    without DDP, each process on its own share of the batches: the plain model, compiled on its own."""
+    """(the model to train, the model to evaluate). DDP first, then torch.compile, as PyTorch advises: DDP's
+    optimizer then splits the compiled graph at the gradient buckets, so that the all-reduce overlaps the backward
+    (compiled first, the backward is one node and every bucket waits for its end). Evals run without DDP, each
+    process on its own share of the batches: under DDP, the plain model, compiled on its own."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    ddp_model = DDP(raw_model, device_ids=[local_rank] if device_type == "cuda" else None) if ddp else None
-    model = ddp_model or raw_model
-    if compile:
-        model = compile_model(model, device_type, batch, ctx, mode)
+    wrapped = DDP(raw_model, device_ids=[local_rank] if device_type == "cuda" else None) if ddp else raw_model
+    model = compile_model(wrapped, device_type, batch, ctx, mode) if compile else wrapped
     if not ddp:
-        return model, None, model
-    return model, ddp_model, torch.compile(raw_model) if model is not ddp_model else raw_model
+        return model, model
+    return model, raw_model if model is wrapped else torch.compile(raw_model)  # eager if the compiler failed
+
+
+def sync_gradients(model, on):
+    """Whether DDP all-reduces the gradients in the next backward (the last micro-step of a step only). model: the
+    one distribute_and_compile returned, DDP compiled or not."""
+    getattr(model, "_orig_mod", model).require_backward_grad_sync = on  # the DDP module inside a compiled wrapper
 
 
 # A compiled AdamW takes the capturable form, which divides by the step size (lr / (1 - beta1^t)): at lr 0 (the first

@@ -182,6 +182,14 @@ def test_loaders_on_real_layouts(glue_dir):
     assert fg.load_task('wnli', d)['wnli'] == [('a0', 'b0', 1), ('a1', 'b1', 0)]
 
 
+def test_the_loaded_splits_are_named_by_their_files(glue_dir, capsys):
+    fg.task_data('rte', str(glue_dir), 16)
+    fg.task_data('mnli', str(glue_dir), 16)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith('rte: train 2 rows, dev 2 rows; ')
+    assert lines[1].startswith('mnli: train 2 rows, dev_matched 1 rows, dev_mismatched 1 rows; ')
+
+
 def test_malformed_files_name_file_and_line(glue_dir):
     path = glue_dir / 'RTE' / 'train.tsv'
     with open(path, 'a') as f:

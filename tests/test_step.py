@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from lib.step import distribute_and_compile, linear_schedule
+from lib.step import distribute_and_compile, linear_schedule, sync_gradients
 from model import Bert, BertConfig
 
 
@@ -33,12 +33,19 @@ def test_ddp_wraps_the_model_before_compiling_it(monkeypatch, tmp_path):
         raw = Bert(BertConfig(n_layer=1, n_head=2, n_embd=32, n_inner=64, vocab_size=97, block_size=16))
         idx = torch.randint(0, 97, (2, 16))
         batch = (idx, torch.where(torch.rand(2, 16) < 0.3, idx, -100), None)
-        model, ddp_model, eval_model = distribute_and_compile(raw, True, True, "cpu", 0, batch)
+        model, eval_model = distribute_and_compile(raw, True, True, "cpu", 0, batch)
+        ddp_model = model._orig_mod  # compiled around DDP, not DDP around a compiled model
         assert isinstance(ddp_model, DDP) and ddp_model.module is raw
-        assert model._orig_mod is ddp_model  # compiled around DDP, not DDP around a compiled model
         assert eval_model._orig_mod is raw
-        model, ddp_model, eval_model = distribute_and_compile(raw, False, True, "cpu", 0, batch)
-        assert ddp_model is None and model._orig_mod is raw and eval_model is model
+        for on in (False, True):  # the gradient sync reaches the DDP module inside the compiled wrapper
+            sync_gradients(model, on)
+            assert ddp_model.require_backward_grad_sync is on
+        model, eval_model = distribute_and_compile(raw, True, False, "cpu", 0, batch)  # eager: DDP, and raw evals
+        assert isinstance(model, DDP) and model.module is raw and eval_model is raw
+        sync_gradients(model, False)
+        assert model.require_backward_grad_sync is False
+        model, eval_model = distribute_and_compile(raw, False, True, "cpu", 0, batch)
+        assert model._orig_mod is raw and eval_model is model
     finally:
         dist.destroy_process_group()
 

@@ -42,6 +42,9 @@ def test_loss_falls_for_each_operator(data_dir, tmp_path, attention_type, dtype)
     p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", f"--attention_type={attention_type}",
                   "--max_iters=30", "--eval_interval=15", "--checkpoint_interval=15", f"--dtype={dtype}")
     assert f"cpu, {dtype} (as asked)" in p.stdout
+    for r in read_log(out, "train"):  # throughput in one format at any speed: 18,060, never 1.806e+04
+        assert f"step {r['step']}: loss {r['loss']:.4g}, lr {r['lr']:.4g}, tokens_per_s {r['tokens_per_s']:,.0f}\n" \
+            in p.stdout
     evals = read_log(out, "eval")
     assert [r["step"] for r in evals] == [0, 15, 30]
     assert evals[-1]["loss"] < evals[0]["loss"] - 1.5, evals
@@ -87,7 +90,7 @@ def test_exact_resume_after_sigterm(data_dir, tmp_path, dtype, extra):
 
     no_dtype = [a for a in args if not a.startswith("--dtype")]  # the resume keeps the run's own, whatever auto says
     p = run_train(*no_dtype, f"--out_dir={part}", "--init_from=resume")
-    assert f"cpu, {dtype} (as asked)" in p.stdout and "not an exact continuation" not in p.stdout
+    assert f"cpu, {dtype} (the run's)" in p.stdout and "not an exact continuation" not in p.stdout
     for kind in ("train", "eval"):
         a, b = read_log(full, kind), read_log(part, kind)
         assert [r["step"] for r in a] == [r["step"] for r in b]
