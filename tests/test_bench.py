@@ -242,7 +242,8 @@ def test_a_sigterm_while_rows_are_built_reports_the_rows_built(tmp_path):
 
     from conftest import ROOT
 
-    specs = ",".join(["original", "symmetric", "pairwise", "original+fused_qkv", "pairwise+fused_qkv"] * 4)
+    specs = ",".join(f"{r}+accum={k}" for k in (1, 2, 3, 4)  # 20 rows, each named once
+                     for r in ["original", "symmetric", "pairwise", "original+fused_qkv", "pairwise+fused_qkv"])
     p = subprocess.Popen([sys.executable, "bench.py", *TINY, "--hf_modes=", "--seq_lens=", "--dtypes=float32",
                           f"--attention_types={specs}", f"--json={tmp_path}/run.json"], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ,
