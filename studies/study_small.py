@@ -289,8 +289,9 @@ def pilot_picks(cfg, recs):
     """(the recipe: the pre-training settings of the pilot's pick, the fine-tuning lr, the untrained model's own
     fine-tuning lr) that the pilot's records pick by its rules (docs/study_small.md, docs/study_laptop.md), each None
     until its records are there."""
-    best, model = pilot_best(recs, pilot_steps(cfg, recs)), tuning_model(cfg, recs)
-    if pilot_dropout and len(pilot_steps(cfg, recs)) == len(pilot_lrs.split(',')):
+    pre, model = pilot_steps(cfg, recs), tuning_model(cfg, recs)
+    best = pilot_best(recs, pre)
+    if pilot_dropout and len(pre) == len(pilot_lrs.split(',')):
         best = None  # the run with pilot_dropout is still to come
     return best and recipe(best), model and glue_pick(cfg, recs, model), glue_pick(cfg, recs, init_step(cfg, seed))
 
@@ -1254,7 +1255,8 @@ def from_clone(cfg):
         sha = git('rev-parse', 'HEAD').stdout.strip()
     dest = os.path.abspath(os.path.join(out_dir, 'code', sha[:12]))
     if git('rev-parse', 'HEAD', at=dest).stdout.strip() != sha:
-        shutil.rmtree(dest, ignore_errors=True)
+        check(WHO, (not os.path.exists(dest), f"{dest} is there but is no clone of {sha[:12]}: move it away (it is "
+                                              "not removed: it may be yours)"))
         made = git('clone', '--quiet', '--shared', '--no-checkout', ROOT, dest)
         made = made.returncode and made or git('checkout', '--quiet', '--detach', sha, at=dest)
         check(WHO, (not made.returncode, f"cannot clone commit {sha} into {dest}: {oneline(made.stderr)}"))
