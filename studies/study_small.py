@@ -716,8 +716,10 @@ def run_phase(cfg, device, u, data):
                 break
     except HardStop:
         runner.stopped += [n for n in runner.started if n not in runner.finished]
+        again = ("the next call resumes a pre-training from its checkpoint where out_dir keeps it, and starts a "
+                 "fine-tune again" if device == 'cpu' else "the next run starts them again")
         print(f"{WHO}: stopped at {stop_s:.0f} s: {', '.join(runner.stopped) or 'nothing'} stopped while running "
-              "(the next run starts them again); the finished jobs are recorded", flush=True)
+              f"({again}); the finished jobs are recorded", flush=True)
         return runner, True
     finally:
         signal.alarm(0)
