@@ -3,8 +3,9 @@
 # 50,304-token GPT-2 embedding) on the english corpus (python prepare_oscar.py --source=english, 34.7M train tokens),
 # 32 x 128 tokens per step, float32, compiled. The paper's schedule shape: linear warm-up over
 # the first 5% of the steps, then linear decay to 0 at the last step. The runner sets max_iters, warmup_iters,
-# learning_rate, dropout and checkpoint_interval for each phase; the values below are the calibration's at 50M tokens,
-# for a plain `python train.py studies/config/laptop.py`.
+# learning_rate, dropout and checkpoint_interval for each phase. The lengths below are the calibration's (50M tokens);
+# learning_rate and dropout are the pilot grid's starting point: the calibration runs the pilot's pick,
+# `python train.py studies/config/laptop.py --learning_rate=5e-4 --dropout=0.0`.
 dataset = "english"
 n_layer, n_head, n_embd, n_inner = 4, 4, 256, 1024
 block_size = 128
