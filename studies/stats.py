@@ -110,3 +110,17 @@ def tost(d, margin):
     p = max(1 - t_cdf((mean + margin) / se, len(d) - 1), t_cdf((mean - margin) / se, len(d) - 1)) if se else \
         float(abs(mean) >= margin)
     return ci, p
+
+
+# ----------------------------------------------------------------------------- a trend
+def line_fit(x, y, level=0.95):
+    """The least-squares line y = a + b x: (a, b, the half-width of b's two-sided t-interval at `level`, n - 2 df).
+    The half-width is None below 3 points (no residual left to measure the noise)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    xm, ym, sxx = x.mean(), y.mean(), float(((x - x.mean()) ** 2).sum())
+    b = float(((x - xm) * (y - ym)).sum() / sxx)
+    a = float(ym - b * xm)
+    if len(x) < 3:
+        return a, b, None
+    se = math.sqrt(float(((y - a - b * x) ** 2).sum()) / (len(x) - 2) / sxx)
+    return a, b, t_quantile(1 - (1 - level) / 2, len(x) - 2) * se

@@ -56,7 +56,7 @@ from lib.files import atomic_write, read_json, write_json
 import plot
 from plot import first_step_below, read_evals
 from studies.jobs import ROOT, Job, cpu_name, differ, read_record, run_jobs, unigram_loss, write_record
-from studies.stats import holm, t_quantile
+from studies.stats import holm, line_fit, t_quantile
 from studies.study_glue import ARMS, compare, glue4, write_glue_record
 from studies import study_glue
 
@@ -138,6 +138,7 @@ DRY = {  # what --dry sets, unless given
     'glue_args': '--max_train_samples=16 --epochs=1 --batch_size=4 --max_seq_len=64 --dtype=float32 --device=cpu',
     'budget_s': 240.0, 'stop_s': 300.0}
 MIN_CPU_S = 600.0  # device=cpu: a pre-training starts if this much of its training fits before the deadline
+TREND_TARGET = 2.0  # points of gain: where the calibration's trend line reaches it (REFERENCE §4c: a clear STS-B gain)
 CLEAR = 0.975  # a gain is clear when the one-sided 97.5% bound of (snapshot - untrained) lies above 0
 DIVERGED = re.compile(r"loss is -?(nan|inf)|non-finite|not finite")  # a run that diverged: train.py's last line
 RECORD_NAME = re.compile(r'[A-Za-z0-9_.+-]+\.jsonl?')
@@ -966,6 +967,17 @@ def pilot_summary(cfg, recs):
             'glue': glue, 'picked_glue_lr': g_lr, 'untrained_glue_lr': g_init}
 
 
+def gain_trend(points, target=TREND_TARGET):
+    """A task's gains against log2(tokens) (docs/study_laptop.md, fixed before the fine-tunes ran): the least-squares
+    line's gain per doubling of the tokens with its 95% half-width, and, only where that interval lies above 0, the
+    tokens at which the line reaches `target` points: an extrapolation, for when no point is clear."""
+    if len(points) < 3:
+        return None
+    a, b, h = line_fit([math.log2(t) for t, _ in points], [d for _, d in points])
+    return {'per_doubling': b, 'half95': h, 'points': len(points),
+            f'tokens_at_{target:g}': round(2 ** ((target - a) / b)) if b - h > 0 else None}
+
+
 def calibration_summary(cfg, recs):
     """The untrained model and each snapshot: tokens seen, MLM loss and accuracy, the training hours to it, GLUE-4
     (where all four tasks ran) and each task (mean over the fine-tuning seeds, and per seed); each snapshot's gain over
@@ -1019,6 +1031,7 @@ def calibration_summary(cfg, recs):
                 first[k] = {'tokens': p['tokens'], 'diff': g['diff'], 'train_hours': p['train_hours']}
         gains.append(row)
     n_ft = len(glue_seeds.split(','))
+    trend = {k: gain_trend([(r['tokens'], r[k]['diff']) for r in gains if r[k]]) for k in keys}
     sd_d = {k: noise[k]['sd'] and noise[k]['sd'] * math.sqrt(2 / n_ft) for k in keys}  # paired seeds, fine-tuning
     u = head.get('unigram_loss')  # noise alone
     return {'seed': seed, 'learning_rate': lr_of(pre), 'recipe': ' '.join(recipe(pre)), 'glue_lr': g_lr,
@@ -1027,7 +1040,7 @@ def calibration_summary(cfg, recs):
             'final': evals and {'step': evals[-1]['step'], 'mlm_loss': evals[-1]['loss'],
                                 'mlm_accuracy': evals[-1]['accuracy']} or None,
             'points': points_, 'untrained_own_lr': own[0] if own else None, 'noise': noise, 'gain': gains,
-            'first_clear': {k: first.get(k) for k in keys},
+            'first_clear': {k: first.get(k) for k in keys}, 'trend': trend,
             'seeds_for_delta': {k: sd_d[k] and {str(d): math.ceil(((1.96 + 0.84) * sd_d[k] / d) ** 2 + 2)
                                                 for d in (1, 2, 3)} for k in keys},
             'curve': [{'step': r['step'], 'tokens': r['step'] * tokens_per_step(cfg), 'mlm_loss': r['loss'],
@@ -1133,6 +1146,11 @@ def report(s):
         print("first clear gain: " + '; '.join(f"{k} " + (f"at {tokens_text(v['tokens'])} tokens ({v['diff']:+.2f})"
                                                          if v else "none") for k, v in c['first_clear'].items()) +
               f"; plateau exit (loss <= U - {drop:g}): step {c['plateau_exit_step']}")
+        print("trend of the gains (per doubling of the tokens): " + '; '.join(
+            f"{k} " + (f"{v['per_doubling']:+.2f} [{v['half95']:.2f}] over {v['points']} points, +{TREND_TARGET:g} at "
+                       + (f"~{tokens_text(v[f'tokens_at_{TREND_TARGET:g}'])} tokens (extrapolated)"
+                          if v[f'tokens_at_{TREND_TARGET:g}'] else "- (no measurable rise)") if v else "-")
+            for k, v in c['trend'].items()))
     if s['per_arm']:
         print(f"\n*Comparison: {tokens_text(s['comparison']['tokens'])} tokens ({s['comparison']['cap']} steps); mean "
               "over seeds*\n\n| arm | seeds | eval loss | MLM accuracy | GLUE-4 | plateau exit | ms/step |\n"

@@ -121,3 +121,17 @@ def test_tost_by_hand_and_against_scipy():
     upper = scipy_stats.ttest_1samp(d, 0.35, alternative='less').pvalue  # mean < margin
     assert p == pytest.approx(max(lower, upper), rel=1e-9)
     assert ci == pytest.approx(tuple(scipy_stats.ttest_1samp(d, 0.0).confidence_interval(0.90)), rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- a trend
+def test_line_fit_by_hand_and_against_scipy():
+    a, b, h = stats.line_fit([0, 1, 2, 3], [1, 3, 5, 7])  # on the line y = 1 + 2x: no residual
+    assert (a, b) == pytest.approx((1.0, 2.0)) and h == pytest.approx(0.0, abs=1e-12)
+    a, b, h = stats.line_fit([0, 2], [1, 0])  # two points: the line, no noise to measure
+    assert (a, b, h) == (1.0, -0.5, None)
+    scipy_stats = pytest.importorskip("scipy.stats")
+    x, y = [21.6, 22.6, 23.6, 24.6, 25.6], [0.4, -1.1, 1.9, 2.2, 4.0]
+    ref = scipy_stats.linregress(x, y)
+    a, b, h = stats.line_fit(x, y)
+    assert (a, b) == pytest.approx((ref.intercept, ref.slope), rel=1e-12)
+    assert h == pytest.approx(scipy_stats.t.ppf(0.975, 3) * ref.stderr, rel=1e-10)

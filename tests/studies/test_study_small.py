@@ -452,3 +452,16 @@ def test_on_a_cpu_a_long_pre_training_starts_if_some_of_it_fits_and_a_fine_tune_
     r.dropped.clear()
     clock[0] = 200.0
     assert r.may_start(job(g), []) is True
+
+
+def test_the_calibrations_trend_extrapolates_only_a_measurable_rise():
+    """Gains against log2(tokens): the line (numpy.polyfit as the reference) and where it reaches +2 points; none
+    where the slope's 95% interval reaches 0, nor below 3 points."""
+    pts = [(3_145_728, -0.6), (6_291_456, 0.1), (12_582_912, 0.5), (25_165_824, 1.2), (50_331_648, 1.6)]
+    b, a = np.polyfit([math.log2(t) for t, _ in pts], [d for _, d in pts], 1)
+    tr = ss.gain_trend(pts)
+    assert tr["per_doubling"] == pytest.approx(b) and tr["points"] == 5 and 0 < tr["half95"] < b
+    assert tr["tokens_at_2"] == round(2 ** ((2 - a) / b)) and tr["tokens_at_2"] > 50_331_648
+    flat = ss.gain_trend([(t, d) for (t, _), d in zip(pts, (0.8, -1.5, 1.1, -0.9, 0.3))])
+    assert flat["half95"] > abs(flat["per_doubling"]) and flat["tokens_at_2"] is None
+    assert ss.gain_trend(pts[:2]) is None
