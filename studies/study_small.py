@@ -91,7 +91,7 @@ seed = 1  # the pilot's and the calibration's pre-training seed
 # the comparison (its plan is fixed after the calibration: docs/study_small.md)
 arms = 'original,symmetric,pairwise'  # a comma list of studies/study_glue.py's ARMS
 seeds = '2,3,4,5'  # paired pre-training seeds
-tokens = '150M'  # each run's budget, where its schedule ends
+tokens = '150M'  # each run's budget, where its schedule ends ('': not fixed yet, the comparison waits)
 # GLUE-4 (finetune_glue.py's protocol, the paper's, at glue_lr)
 tasks = 'sst2,mrpc,stsb,rte'  # GLUE-4: the tasks whose plain mean is the score
 glue_seeds = '1,2'  # fine-tuning seeds of every model (the pilot's fine-tuning pick: the first alone)
@@ -138,6 +138,7 @@ DRY = {  # what --dry sets, unless given
     'glue_args': '--max_train_samples=16 --epochs=1 --batch_size=4 --max_seq_len=64 --dtype=float32 --device=cpu',
     'budget_s': 240.0, 'stop_s': 300.0}
 MIN_CPU_S = 600.0  # device=cpu: a pre-training starts if this much of its training fits before the deadline
+NO_PLAN = "waits for its plan, written after the calibration (the study's docs): then set --tokens"  # tokens ''
 TREND_TARGET = 2.0  # points of gain: where the calibration's trend line reaches it (REFERENCE §4c: a clear STS-B gain)
 CLEAR = 0.975  # a gain is clear when the one-sided 97.5% bound of (snapshot - untrained) lies above 0
 DIVERGED = re.compile(r"loss is -?(nan|inf)|non-finite|not finite")  # a run that diverged: train.py's last line
@@ -307,6 +308,8 @@ def plan(cfg, recs, which):
             models = models if model else []  # the fine-tunes after every pre-training: a deadline cuts them first
         return pre + [init] + [s for g in pilot_glue_lrs.split(',') for p in models
                                for s in finetunes(p, float(g), g_seeds[:1], cfg, on=pilot_tasks)]
+    if which == 'comparison' and not tokens:  # the laptop study's: its budget is the calibration's finding
+        return None, NO_PLAN
     rec, g_lr, g_init = pilot_picks(cfg, recs)
     if learning_rate:
         rec = [a for a in rec or [] if not a.startswith('--learning_rate=')] + [f'--learning_rate={learning_rate}']
@@ -675,12 +678,12 @@ def diverged(e, runner):
     return True
 
 
-def run_phase(cfg, device, u, data):
+def run_phase(cfg, dev, u, data):
     """The phase's jobs whose records are missing, each only if it fits before budget_s; at stop_s every running job
     is stopped. In rounds: a pilot run that diverges stops the round (run_jobs stops every job on a failure), and the
     next round goes on without it. Returns the runner and whether it stopped at stop_s."""
     recs = read_records()
-    runner = Runner(recs, device, estimates(recs, device), u, data)
+    runner = Runner(recs, dev, estimates(recs, dev), u, data)
     bundle([], [])  # out holds this run's records.tar from the start, empty until a job ends
 
     def stop(signum, frame):
@@ -974,8 +977,9 @@ def gain_trend(points, target=TREND_TARGET):
     if len(points) < 3:
         return None
     a, b, h = line_fit([math.log2(t) for t, _ in points], [d for _, d in points])
+    x = (target - a) / b if b - h > 0 else None
     return {'per_doubling': b, 'half95': h, 'points': len(points),
-            f'tokens_at_{target:g}': round(2 ** ((target - a) / b)) if b - h > 0 else None}
+            f'tokens_at_{target:g}': round(2 ** x) if x is not None and x < 1000 else None}
 
 
 def calibration_summary(cfg, recs):
@@ -1149,7 +1153,8 @@ def report(s):
         print("trend of the gains (per doubling of the tokens): " + '; '.join(
             f"{k} " + (f"{v['per_doubling']:+.2f} [{v['half95']:.2f}] over {v['points']} points, +{TREND_TARGET:g} at "
                        + (f"~{tokens_text(v[f'tokens_at_{TREND_TARGET:g}'])} tokens (extrapolated)"
-                          if v[f'tokens_at_{TREND_TARGET:g}'] else "- (no measurable rise)") if v else "-")
+                          if v[f'tokens_at_{TREND_TARGET:g}'] is not None else "- (no measurable rise)") if v
+                       else "-")
             for k, v in c['trend'].items()))
     if s['per_arm']:
         print(f"\n*Comparison: {tokens_text(s['comparison']['tokens'])} tokens ({s['comparison']['cap']} steps); mean "
@@ -1314,6 +1319,7 @@ def main(given):
         comma_list(WHO, k, globals()[k])
     check(WHO, (phase in ('pilot', 'calibration', 'comparison'), f"phase must be pilot, calibration or comparison, "
                                                                    f"got {phase!r}"),
+          (phase != 'comparison' or tokens or not train, f"the comparison {NO_PLAN}"),
           *[(not os.path.exists(v) or os.path.isdir(v), f"{k} must name a folder, and {v} is a file")
             for k, v in (('records', records), ('carry', carry), ('out_dir', out_dir), ('out', out))],
           (seed >= 0, f"seed must be a whole number >= 0, got {seed}"),
