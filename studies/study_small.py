@@ -140,6 +140,7 @@ DRY = {  # what --dry sets, unless given
 MIN_CPU_S = 600.0  # device=cpu: a pre-training starts if this much of its training fits before the deadline
 NO_PLAN = "waits for its plan, written after the calibration (the study's docs): then set --tokens"  # tokens ''
 TREND_TARGET = 2.0  # points of gain: where the calibration's trend line reaches it (REFERENCE §4c: a clear STS-B gain)
+TREND_AT = f'tokens_at_{TREND_TARGET:g}'  # its key in the summary
 CLEAR = 0.975  # a gain is clear when the one-sided 97.5% bound of (snapshot - untrained) lies above 0
 DIVERGED = re.compile(r"loss is -?(nan|inf)|non-finite|not finite")  # a run that diverged: train.py's last line
 RECORD_NAME = re.compile(r'[A-Za-z0-9_.+-]+\.jsonl?')
@@ -970,16 +971,16 @@ def pilot_summary(cfg, recs):
             'glue': glue, 'picked_glue_lr': g_lr, 'untrained_glue_lr': g_init}
 
 
-def gain_trend(points, target=TREND_TARGET):
+def gain_trend(points):
     """A task's gains against log2(tokens) (docs/study_laptop.md, fixed before the fine-tunes ran): the least-squares
     line's gain per doubling of the tokens with its 95% half-width, and, only where that interval lies above 0, the
-    tokens at which the line reaches `target` points: an extrapolation, for when no point is clear."""
+    tokens at which the line reaches TREND_TARGET points: an extrapolation, for when no point is clear."""
     if len(points) < 3:
         return None
     a, b, h = line_fit([math.log2(t) for t, _ in points], [d for _, d in points])
-    x = (target - a) / b if b - h > 0 else None
+    x = (TREND_TARGET - a) / b if b - h > 0 else None
     return {'per_doubling': b, 'half95': h, 'points': len(points),
-            f'tokens_at_{target:g}': round(2 ** x) if x is not None and x < 1000 else None}
+            TREND_AT: round(2 ** x) if x is not None and x < 1000 else None}  # < 1000: 2 ** x stays a float
 
 
 def calibration_summary(cfg, recs):
@@ -1150,12 +1151,11 @@ def report(s):
         print("first clear gain: " + '; '.join(f"{k} " + (f"at {tokens_text(v['tokens'])} tokens ({v['diff']:+.2f})"
                                                          if v else "none") for k, v in c['first_clear'].items()) +
               f"; plateau exit (loss <= U - {drop:g}): step {c['plateau_exit_step']}")
+        at = lambda v: "- (no measurable rise)" if v[TREND_AT] is None else \
+            f"~{tokens_text(v[TREND_AT])} tokens (extrapolated)"
         print("trend of the gains (per doubling of the tokens): " + '; '.join(
             f"{k} " + (f"{v['per_doubling']:+.2f} [{v['half95']:.2f}] over {v['points']} points, +{TREND_TARGET:g} at "
-                       + (f"~{tokens_text(v[f'tokens_at_{TREND_TARGET:g}'])} tokens (extrapolated)"
-                          if v[f'tokens_at_{TREND_TARGET:g}'] is not None else "- (no measurable rise)") if v
-                       else "-")
-            for k, v in c['trend'].items()))
+                       f"{at(v)}" if v else "-") for k, v in c['trend'].items()))
     if s['per_arm']:
         print(f"\n*Comparison: {tokens_text(s['comparison']['tokens'])} tokens ({s['comparison']['cap']} steps); mean "
               "over seeds*\n\n| arm | seeds | eval loss | MLM accuracy | GLUE-4 | plateau exit | ms/step |\n"
