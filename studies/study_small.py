@@ -1171,8 +1171,12 @@ def report(s):
             print(f"{c['endpoint']}, {c['arm']} vs {c['reference']} (n {c['n']}): {fmt(c['mean'])} "
                   f"[{fmt(c['ci95'][0])}, {fmt(c['ci95'][1])}], p {c['p_t']:.3g}, sign-flip {c['p_sign_flip']:.3g}" +
                   (f", Holm {c['p_holm']:.3g}" if c['p_holm'] is not None else ''))
-    if s['missing']:
-        print("not yet run: " + ', '.join(s['missing']))
+    by_phase = {}  # 'phase: job' names, grouped: a phase's first few, then its count
+    for m in s['missing']:
+        by_phase.setdefault(m.split(': ')[0], []).append(m.split(': ', 1)[-1])
+    if by_phase:
+        print("not yet run: " + '; '.join(f"{ph}: {', '.join(js[:4])}" + (f", ... ({len(js)} in all)" if len(js) > 4
+                                                                        else '') for ph, js in by_phase.items()))
 
 
 def figure(cfg, recs, s, path):
