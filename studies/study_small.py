@@ -1173,7 +1173,8 @@ def report(s):
                   (f", Holm {c['p_holm']:.3g}" if c['p_holm'] is not None else ''))
     by_phase = {}  # 'phase: job' names, grouped: a phase's first few, then its count
     for m in s['missing']:
-        by_phase.setdefault(m.split(': ')[0], []).append(m.split(': ', 1)[-1])
+        ph, _, job = m.partition(': ')
+        by_phase.setdefault(ph, []).append(job)
     if by_phase:
         print("not yet run: " + '; '.join(f"{ph}: {', '.join(js[:4])}" + (f", ... ({len(js)} in all)" if len(js) > 4
                                                                         else '') for ph, js in by_phase.items()))
