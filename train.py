@@ -74,6 +74,7 @@ eval_iters = 312  # eval batches: a fixed set of held-out blocks with a fixed ma
 log_interval = 10  # steps between train log records
 save_interval = 1000  # steps between saves of out_dir/ckpt.pt, the full state (also at the end and on a signal)
 checkpoint_interval = 1000  # steps between kept model-only snapshots in out_dir/snapshots/ (0 = none)
+pause_at = 0  # stop at this step, saved, and exit 0 (continue with --init_from=resume): a call's share of a run
 seed = 1337  # initialisation, data order, masking and dropout
 wandb_log = False  # also log to Weights & Biases (pip install wandb)
 wandb_project = "symmetric-bert"  # its project name
@@ -204,6 +205,7 @@ say = bar.write if not bar.disable else lambda s: print(s, flush=True)  # live b
 x, y, pos = get_batch(iter_num, 0)
 stopping, eval_acc, saved = 0, None, iter_num if run.resumed else -1  # saved: the step of ckpt.pt (-1: none yet)
 t0, t0_iter = time.time(), iter_num
+paused = pause_at > iter_num  # a resume from that very step goes on
 while True:
     # a signal: save at once and stop (an eval due at this step runs after the resume instead)
     if stopping:
@@ -236,6 +238,12 @@ while True:
         run.save(os.path.join(run.out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt"), state(), full=False)
     if finished:
         break  # at max_iters, the budget spent, or target_loss met at this eval
+    if paused and iter_num == pause_at:
+        if saved != iter_num:
+            run.save(run.ckpt_path, state())
+        if master:
+            say(f"paused at step {iter_num} (pause_at); saved {run.ckpt_path} (continue with --init_from=resume)")
+        break
 
     # one optimizer step: accum micro-batches per process, gradients synchronised on the last one only
     t_step = step.clock()
@@ -283,7 +291,7 @@ bar.close()
 run.close()  # every process waits for rank 0's save
 if stopping:
     sys.exit(128 + stopping)  # a scheduler can tell a pre-empted run from a finished one
-if master:
+if master and not (paused and iter_num == pause_at):
     print(run.summary(iter_num, eval_loss, eval_acc, spent))
     if eval_loss is not None:
         print(run.learnt(iter_num, eval_loss, data.frequency_only_loss(eval_iters)))

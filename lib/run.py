@@ -260,7 +260,7 @@ def schedules(ckpt, config):
 
 # ----------------------------------------------------------------------------- is this the same run?
 MACHINE_KEYS = ("init_from", "out_dir", "device", "dtype", "compile",  # where and how a run is made, not what it is
-                "compile_mode", "compile_optimizer", "fused_qkv", "sdpa_backend", "fused_loss")
+                "compile_mode", "compile_optimizer", "fused_qkv", "sdpa_backend", "fused_loss", "pause_at")
 END_KEYS = ("target_loss", "min_iters", "max_iters", "max_minutes")  # where it ends
 
 

@@ -500,6 +500,7 @@ class Runner:
     def __init__(self, recs, device, t, u, data):
         self.steps, self.recs, self.device, self.t, self.u, self.data = {}, recs, device, t, u, data
         self.started, self.finished, self.dropped, self.written, self.made = {}, set(), {}, [], {}
+        self.paused = set()  # the pre-trainings paused at a snapshot for its fine-tunes (device=cpu: pause_step)
         self.round = set()  # the names of the jobs given to run_jobs now
         self.stopped = []  # the jobs running at stop_s
         self.compile = device['type'] != 'cpu' and base_config().get('compile', True)
@@ -517,9 +518,9 @@ class Runner:
         if s.kind == 'glue':
             if s.owner in self.dropped:
                 return self.drop(s, f"{s.owner} did not run")
-            if not model_ready(s):  # its pre-training runs in this round: wait for it
-                return None if s.owner in self.round and s.owner not in self.finished else \
-                    self.drop(s, "its model is missing")
+            if not model_ready(s):  # its pre-training runs in this round: wait for it (paused: the next round)
+                return False if s.owner in self.paused else None if s.owner in self.round and \
+                    s.owner not in self.finished else self.drop(s, "its model is missing")
             if len(busy('glue')) >= jobs:
                 return None
         if s.kind == 'pretrain' and busy('pretrain') or not self.overlap and (
@@ -540,6 +541,7 @@ class Runner:
         if now + need > budget_s:
             return self.drop(s, f"~{est + tail:.0f} s estimated, {max(0.0, budget_s - now):.0f} s left")
         self.started[s.name] = (time.time(), len(running), cold)
+        self.paused.discard(s.name)
         self.compiled |= cold
         print(f"  {now:5.0f} s: {s.name}, ~{est:.0f} s" + (f" (+ ~{tail:.0f} s of fine-tunes after it)" if tail else
                                                          '') + (f" beside {len(running)}" if running else ''),
@@ -559,23 +561,33 @@ class Runner:
             write_json(s.record, r)
             path = s.record
         else:
-            path = s.record
-            if s.name in self.recs:  # made again for its missing fine-tunes: the first record stays
+            path, paused = s.record, trained(s) < s.step
+            if s.name in self.made:  # paused before in this call: its record grows
+                path = os.path.join(records, self.made[s.name] + '.jsonl')
+            elif s.name in self.recs:  # made again for its missing fine-tunes: the first record stays
                 k = 1
                 while os.path.exists(path := os.path.join(records, f"{s.name}.rerun{k}.jsonl")):
                     k += 1
-            self.made[s.name] = os.path.basename(path)[:-len('.jsonl')]
-            write_record(path, s.folder, ' '.join(['python train.py', *s.cmd]), self.u)
+            elif paused:  # a first run's record is written once it ends (a record is a finished run)
+                self.paused.add(s.name)
+                return f"paused at step {trained(s)} for its snapshot's fine-tunes ({job_s:.0f} s)"
+            self.made[s.name] = os.path.basename(path)[:-len('.jsonl')]  # a rerun's record: at each pause too, so
+            write_record(path, s.folder, ' '.join(['python train.py', *s.cmd]), self.u)  # its fine-tunes name it
             add_to_head(path, {'gpu': self.device['name'], 'data': self.data,
                                'timing': run_timing(s, start, job_s, cold),
                                **({'threads': self.device['threads']} if 'threads' in self.device else {})})
-        self.finished.add(s.name)
-        self.written.append(path)
+        if s.kind != 'glue' and paused:
+            self.paused.add(s.name)
+        else:
+            self.paused.discard(s.name)
+            self.finished.add(s.name)
+        self.written += [path] if path not in self.written else []
         bundle(self.written, [x for x in self.steps.values() if x.name in self.started])
         name = os.path.basename(path).rsplit('.json', 1)[0]
+        why = f", paused at step {trained(s)} for its snapshot's fine-tunes" if s.name in self.paused else ''
         self.recs[name] = read_record(path, WHO) if path.endswith('.jsonl') else read_json_record(path)
         self.t = estimates(self.recs, self.device)  # what this job took counts from now on
-        return f"{path} ({job_s:.0f} s)"
+        return f"{path}{why} ({job_s:.0f} s)"
 
 
 def model_ready(s):
@@ -642,12 +654,21 @@ def bundle(written, started):
     atomic_write(os.path.join(out, 'logs.tar.gz'), tar(logs, 'w:gz'))
 
 
-def command(s):
+def command(s, todo):
     if s.kind == 'glue':
         return ['finetune_glue.py', f'--init_from={s.model}', *s.cmd, f'--out_dir={s.folder}/glue',
                 f'--data_dir={glue_dir}']
     return ['train.py', *s.cmd, f'--out_dir={s.folder}'] + (
-        ['--init_from=resume'] if os.path.exists(os.path.join(s.folder, 'ckpt.pt')) else [])
+        ['--init_from=resume'] if os.path.exists(os.path.join(s.folder, 'ckpt.pt')) else []) + (
+        [f'--pause_at={k}'] if (k := pause_step(s, todo)) else [])
+
+
+def pause_step(p, todo):
+    """device=cpu: the first snapshot of the pre-training p, past where it stands, with fine-tunes to run. It pauses
+    there (saved) and they run before it goes on, so that every call records fine-tunes, also where out_dir is not
+    kept between calls (the run is then made again from its start, bit for bit on the same CPU, torch and threads)."""
+    at = [s.step for s in todo if s.owner == p.name and trained(p) < s.step < p.step]
+    return min(at) if device == 'cpu' and at else 0
 
 
 class HardStop(Exception):
@@ -691,7 +712,8 @@ def run_phase(cfg, dev, u, data):
         raise HardStop
 
     signal.signal(signal.SIGALRM, stop)
-    signal.alarm(max(1, math.ceil(stop_s - (time.monotonic() - T0))))
+    # to the millisecond (alarm() rounds up to a whole second, and a job ending in that second would escape it)
+    signal.setitimer(signal.ITIMER_REAL, max(0.001, stop_s - (time.monotonic() - T0)))
     try:
         while True:
             steps = plan(cfg, recs, phase)
@@ -710,8 +732,8 @@ def run_phase(cfg, dev, u, data):
                 break
             n, runner.round = len(runner.finished), {s.name for s in todo}
             try:
-                run_jobs([Job(s.name, s.folder, 'job.txt', command(s), partial(runner.finish, s)) for s in todo],
-                         jobs + 2 if device == 'cuda' else 1, threads, WHO, runner.may_start)
+                run_jobs([Job(s.name, s.folder, 'job.txt', command(s, todo), partial(runner.finish, s))
+                          for s in todo], jobs + 2 if device == 'cuda' else 1, threads, WHO, runner.may_start)
             except SystemExit as e:
                 if not diverged(e, runner):
                     raise
@@ -727,7 +749,7 @@ def run_phase(cfg, dev, u, data):
               f"({again}); the finished jobs are recorded", flush=True)
         return runner, True
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
     return runner, False
 
 
