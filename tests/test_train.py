@@ -423,6 +423,23 @@ def test_target_loss_stops_a_run_and_its_resume(data_dir, tmp_path):
     assert "not an exact continuation" not in p.stdout and read_log(f"{tmp_path}/r", "eval")[-1]["step"] == 20
 
 
+def test_pause_at_stops_a_run_saved_and_its_resume_goes_on_as_if_never_paused(data_dir, tmp_path):
+    """--pause_at=K: the run stops at step K, saved (exit 0, no end-of-run summary); the resume goes on past K without
+    it (a call's setting, not the run's), and the whole logs the uninterrupted run's losses; a resume that asks for the
+    same pause again goes on too."""
+    args = [*TINY, f"--dataset={data_dir}", "--eval_interval=3", "--dtype=float32", "--max_iters=9"]
+    run_train(*args, f"--out_dir={tmp_path}/a")
+    p = run_train(*args, f"--out_dir={tmp_path}/b", "--pause_at=6")
+    assert "paused at step 6 (pause_at)" in p.stdout and "done: step" not in p.stdout
+    assert torch.load(f"{tmp_path}/b/ckpt.pt", weights_only=True)["iter_num"] == 6
+    p = run_train(*args, f"--out_dir={tmp_path}/b", "--init_from=resume", "--pause_at=6")
+    assert "not an exact continuation" not in p.stdout and "paused" not in p.stdout
+    losses = lambda d, kind: [(r["step"], r["loss"]) for r in read_log(d, kind)]
+    for kind in ("train", "eval"):
+        assert losses(f"{tmp_path}/b", kind) == losses(f"{tmp_path}/a", kind)
+    assert [r["step"] for r in read_log(f"{tmp_path}/b", "eval")] == [0, 3, 6, 9]
+
+
 def run_train_clocked(*args, tick=0.5):
     """train.py with a controlled budget clock: every training step takes exactly `tick` seconds of it."""
     code = ("import itertools, runpy, sys; from lib import step; c = itertools.count(); "

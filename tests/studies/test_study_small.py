@@ -353,13 +353,25 @@ def test_the_laptop_pilot_picks_its_recipe_then_tunes_the_fine_tuning_lr_on_it(l
         "lr1e-3", "lr1e-2", d0[6:-3]}
 
 
-def test_the_laptop_calibration_fine_tunes_task_subsets_and_keeps_the_pilots(laptop, tmp_path):
+@pytest.fixture(scope="module")
+def laptop_calib(laptop, tmp_path_factory):
+    """The laptop study's calibration at toy sizes, after its pilot."""
+    work = tmp_path_factory.mktemp("laptop_calib") / "work"
+    shutil.copytree(laptop[0], work)
+    return work, ok(run(work, "--phase=calibration", *LAPTOP))
+
+
+def test_the_laptop_calibration_fine_tunes_task_subsets_and_keeps_the_pilots(laptop_calib):
     """STS-B and SST-2 at every snapshot, all four tasks at the last one and the untrained model (the pilot's
     STS-B and SST-2 fine-tune of it kept, not made twice), the untrained model also at its own lr; GLUE-4 only where
-    all four ran; the training hours to each point."""
-    work = tmp_path / "w"
-    shutil.copytree(laptop[0], work)
-    out = ok(run(work, "--phase=calibration", *LAPTOP))
+    all four ran; the training hours to each point. The pre-training pauses at its first snapshot for its
+    fine-tunes, and its record is written once, at its end."""
+    work, out = laptop_calib
+    started = re.findall(r"started (\S+)", out)
+    first = [i for i, n in enumerate(started) if n.startswith("calib_s1_t1024.")]
+    assert [i for i, n in enumerate(started) if n == "calib_s1"] == [0, first[-1] + 1] and len(first) == 2
+    assert re.search(r"done calib_s1 in .*: paused at step \d+ for its snapshot's fine-tunes", out)
+    assert not (work / "records" / "calib_s1.rerun1.jsonl").exists()
     s = json.loads((work / "summary.json").read_text())
     c, p = s["calibration"], s["pilot"]
     assert re.findall(r"started (init_s1\S*)", out) == [f"init_s1.stsb+sst2_lr{ss.lr_tag(c['glue_lr'])}_s2"] + [
@@ -376,6 +388,37 @@ def test_the_laptop_calibration_fine_tunes_task_subsets_and_keeps_the_pilots(lap
     assert "comparison: waits for its plan, written after the calibration" in out and s["comparison"] is None
     one_line_error(run(work, "--phase=comparison", *LAPTOP), "study_small: the comparison waits for its plan, "
                    "written after the calibration (the study's docs): then set --tokens")
+
+
+def test_a_bare_cpu_makes_a_recorded_run_again_pausing_at_each_snapshot_with_fine_tunes_to_run(laptop_calib,
+                                                                                                 tmp_path):
+    """device=cpu, its out_dir gone (a new machine) and a snapshot's fine-tunes missing: the recorded pre-training is
+    made again, paused (saved) at that snapshot while its fine-tunes run, then on; its record (<name>.rerun1) is
+    written at the pause and again at its end, the fine-tunes name it, and on the same CPU it is the first run, bit
+    for bit. A snapshot whose fine-tunes are all recorded is no pause."""
+    work = copy_work(laptop_calib[0], tmp_path / "w")
+    gone = sorted(f for f in os.listdir(work / "records") if f.startswith("calib_s1_t1024."))
+    for f in gone:
+        os.remove(work / "records" / f)
+    out = ok(run(work, "--phase=calibration", *LAPTOP))
+    started = re.findall(r"started (\S+)", out)
+    assert started == ["calib_s1", *[f[:-5] for f in gone]]
+    assert re.search(r"done calib_s1 in .*: \S+/calib_s1\.rerun1\.jsonl, paused at step 2 for its snapshot's "
+                     r"fine-tunes", out) and "calib_s1 again" in out
+    first, again = ss.read_record(str(work / "records" / "calib_s1.jsonl")), \
+        ss.read_record(str(work / "records" / "calib_s1.rerun1.jsonl"))
+    same = lambda evals: [(r["step"], r["loss"], r["accuracy"]) for r in evals]
+    assert [r["step"] for r in again[1]] == [0, 2] and same(again[1]) == same(first[1][:2])
+    assert {json.loads((work / "records" / f).read_text())["pretrained_by"] for f in gone} == {"calib_s1.rerun1"}
+    work2 = copy_work(work, tmp_path / "w2")  # the last snapshot's fine-tunes missing: made again to its end
+    gone = sorted(f for f in os.listdir(work2 / "records") if f.startswith("calib_s1_t2048.stsb"))
+    for f in gone:
+        os.remove(work2 / "records" / f)
+    out = ok(run(work2, "--phase=calibration", *LAPTOP))
+    assert re.findall(r"started (\S+)", out) == ["calib_s1", *[f[:-5] for f in gone]] and "paused" not in out
+    again = ss.read_record(str(work2 / "records" / "calib_s1.rerun2.jsonl"))
+    assert same(again[1]) == same(first[1]) and (work2 / "records" / "calib_s1.rerun1.jsonl").read_bytes() == \
+        (work / "records" / "calib_s1.rerun1.jsonl").read_bytes()
 
 
 def test_a_cpu_run_cut_by_a_signal_resumes_from_its_checkpoint(tmp_path):
