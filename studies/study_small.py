@@ -26,7 +26,8 @@ The laptop study (docs/study_laptop.md) is the same three phases on this machine
     python studies/study_small.py studies/config/study_laptop.py --phase=pilot --hours=2.5
 
 its jobs one after the other from a clone of one commit (clone=True), each started only if its estimate ends within
-`hours`; a job cut at the deadline or by a signal saved first and resumes from its checkpoint in the next call.
+`hours`; a job cut at the deadline or by a signal saved first and resumes from its checkpoint in the next call, and
+a pre-training pauses (saved) at each snapshot whose fine-tunes are missing while they run (pause_step).
 """
 import json
 import lzma
