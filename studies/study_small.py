@@ -1298,7 +1298,7 @@ def from_clone(cfg):
     steps = plan(cfg, recs, phase)
     seen = {c for st in ([] if isinstance(steps, tuple) else steps) if st.name in recs
             for c in [(recs[st.name][0] if isinstance(recs[st.name], tuple) else recs[st.name]).get('commit')] if c}
-    check(WHO, (len(seen) <= 1, f"the {phase}'s records name several commits ({', '.join(sorted(seen))}): set "
+    check(WHO, (commit or len(seen) <= 1, f"the {phase}'s records name several commits ({', '.join(sorted(seen))}): set "
                                 "--commit= to the one to run from"))
     sha = commit or (seen.pop() if seen else '')
     if not sha:
