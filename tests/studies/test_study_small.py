@@ -470,6 +470,26 @@ def test_a_clone_of_one_commit_runs_the_jobs(tmp_path):
     one_line_error(p, "study_small: the tree has uncommitted changes: commit them")
 
 
+def test_records_of_several_commits_run_from_the_one_named(pilot, tmp_path):
+    """A phase whose records name several commits (a runner changed between calls): refused in one line naming them,
+    unless --commit= names the one to run from."""
+    work = copy_work(pilot[0], tmp_path / "w")
+    for k, f in enumerate(sorted(os.listdir(work / "records"))):
+        path, fake = work / "records" / f, "ab"[k > 0] * 40
+        if f.endswith(".jsonl"):
+            lines = path.read_text().split("\n")
+            lines[0] = json.dumps({**json.loads(lines[0]), "commit": fake})
+            path.write_text("\n".join(lines))
+        else:
+            path.write_text(json.dumps({**json.loads(path.read_text()), "commit": fake}))
+    args = ["--clone=True", "--phase=pilot", "--budget_s=1", "--stop_s=1", f"--out_dir={work}/runs"]
+    one_line_error(run(work, *args), f"study_small: the pilot's records name several commits ({'a' * 40}, {'b' * 40})"
+                                     ": set --commit= to the one to run from")
+    sha = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    out = ok(run(work, *args, f"--commit={sha}"))
+    assert f"running from {work}/runs/code/{sha[:12]} (commit {sha[:12]})" in out
+
+
 def test_on_a_cpu_a_long_pre_training_starts_if_some_of_it_fits_and_a_fine_tune_only_whole(monkeypatch, tmp_path):
     """device=cpu: a pre-training keeps its checkpoint here, so one longer than the call starts when MIN_CPU_S of
     training fits (the deadline cuts it, the next call resumes it); a fine-tune starts only if all of it fits, its
