@@ -62,7 +62,7 @@ from studies.study_glue import ARMS, compare, glue4, write_glue_record
 from studies import study_glue
 
 T0 = time.monotonic()  # the run's clock: budget_s and stop_s count from here
-DATA = None  # a run's data fingerprint (lib/dataloader.py), once it is checked
+DATA = set()  # the data's fingerprint (lib/dataloader.py), once checked; from the records alone: those they name
 # -----------------------------------------------------------------------------
 phase = 'calibration'  # what a run with train=True runs: pilot, calibration or comparison
 base = 'studies/config/study_small.py'  # the train.py config every run starts from
@@ -381,7 +381,7 @@ def done(s, recs):
         if s.name + '.diverged' in recs:
             return True
         changed = [c for c in differ(r[0]['config'], s.cmd) if not c.startswith('dataset ') or not DATA or
-                   r[0].get('data') != DATA] if r else []  # the same data (its fingerprint) unpacked elsewhere
+                   r[0].get('data') not in DATA] if r else []  # the same data (its fingerprint) unpacked elsewhere
         if changed:
             raise SystemExit(f"{WHO}: {s.record} is a run of other settings ({', '.join(changed)}): move it away")
         return r is not None
@@ -1073,7 +1073,16 @@ def calibration_summary(cfg, recs):
                                                 for d in (1, 2, 3)} for k in keys},
             'curve': [{'step': r['step'], 'tokens': r['step'] * tokens_per_step(cfg), 'mlm_loss': r['loss'],
                        'mlm_accuracy': r['accuracy']} for r in evals],
-            'reruns': {n: recs[n][1][-1]['loss'] for n in sorted(recs) if n.startswith(pre.name + '.rerun')}}
+            'reruns': {n: rerun(evals, recs[n][1]) for n in sorted(recs) if n.startswith(pre.name + '.rerun')}}
+
+
+def rerun(first, again):
+    """A pre-training made again (its snapshots' fine-tunes name it): how far, its last loss, and whether every eval
+    both made is the same (the same CPU, torch and threads: the same bits, so the same snapshots)."""
+    old = {r['step']: (r['loss'], r['accuracy']) for r in first}
+    return {'step': again[-1]['step'], 'loss': again[-1]['loss'],
+            'as_first': all(old.get(r['step'], (r['loss'], r['accuracy'])) == (r['loss'], r['accuracy'])
+                            for r in again)}
 
 
 def comparison_summary(cfg, recs):
@@ -1174,6 +1183,9 @@ def report(s):
         print("first clear gain: " + '; '.join(f"{k} " + (f"at {tokens_text(v['tokens'])} tokens ({v['diff']:+.2f})"
                                                          if v else "none") for k, v in c['first_clear'].items()) +
               f"; plateau exit (loss <= U - {drop:g}): step {c['plateau_exit_step']}")
+        for n, r in c['reruns'].items():
+            print(f"made again: {n}, to step {r['step']}: " + (
+                "every eval the first run's, bit for bit" if r['as_first'] else "its evals differ from the first run's"))
         at = lambda v: "- (no measurable rise)" if v[TREND_AT] is None else \
             f"~{tokens_text(v[TREND_AT])} tokens (extrapolated)"
         print("trend of the gains (per doubling of the tokens): " + '; '.join(
@@ -1392,8 +1404,8 @@ def main(given):
         check_glue()
         _, val, meta = load_dataset(data_dir, None, cfg['block_size'])
         u = unigram_loss(data_dir, cfg['block_size'], cfg['batch_size'], cfg['eval_iters'])
-        DATA = fingerprint(data_dir, meta, val)
-        runner, stopped = run_phase(cfg, dev, u, DATA)
+        DATA = {fingerprint(data_dir, meta, val)}
+        runner, stopped = run_phase(cfg, dev, u, *DATA)
         n, left = len(runner.written), list(runner.dropped) + runner.stopped
         print(f"{WHO}: this run recorded {n} job{'s' * (n != 1)} in {time.monotonic() - T0:.0f} s "
               f"({os.path.join(out, 'records.tar')}); left for the next run: {', '.join(left) or 'nothing'}",
@@ -1402,8 +1414,7 @@ def main(given):
         recs = read_records()
         check(WHO, (recs, f"no record in {records}/: run a phase with --train=True first"))
         if not train:  # no data here: the records' one fingerprint says which data they ran on
-            fps = {r[0].get('data') for r in recs.values() if isinstance(r, tuple)}
-            DATA = fps.pop() if len(fps) == 1 else None
+            DATA = {r[0].get('data') for r in recs.values() if isinstance(r, tuple)} - {None}
         s = summarize(cfg, recs)
         report(s)
         if summary:

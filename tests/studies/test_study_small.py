@@ -211,7 +211,11 @@ def test_the_calibration_summary_by_hand(monkeypatch):
     ev = [{"step": st, "loss": 10.0 - st, "accuracy": 0.01 * st} for st in range(0, 7, 2)]
     recs["calib_s1"] = ({"unigram_loss": 7.5}, ev)
     recs["init_s1"] = ({"unigram_loss": 7.5}, ev[:1])
+    recs["calib_s1.rerun1"] = ({"unigram_loss": 7.5}, ev[:2])  # made again to its first snapshot: the same bits
+    recs["calib_s1.rerun2"] = ({"unigram_loss": 7.5}, [ev[0], {**ev[1], "loss": 8.0 + 1e-12}])  # another CPU's
     c = ss.calibration_summary(cfg, recs)
+    assert c["reruns"] == {"calib_s1.rerun1": {"step": 2, "loss": 8.0, "as_first": True},
+                           "calib_s1.rerun2": {"step": 2, "loss": 8.0 + 1e-12, "as_first": False}}
     assert [p["glue4"] for p in c["points"]] == [52.5, 54.5, 62.5]  # the task offsets 0..3 average to +1.5
     groups = [np.array(v) + 1.5 for v in scores.values()]
     sd = math.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / 3)
