@@ -54,6 +54,7 @@ from configurator import check, comma_list, configure, oneline, read_file, scrip
 from finetune_glue import TASKS, damaged, read_tsv, tsv_files
 from lib.dataloader import dataset_dir, fingerprint, load_dataset
 from lib.files import atomic_write, read_json, write_json
+from lib.run import log_head
 import plot
 from plot import first_step_below, read_evals
 from studies.jobs import ROOT, Job, cpu_name, differ, read_record, run_jobs, unigram_loss, write_record
@@ -565,10 +566,11 @@ class Runner:
             path, paused = s.record, trained(s) < s.step
             if s.name in self.made:  # paused before in this call: its record grows
                 path = os.path.join(records, self.made[s.name] + '.jsonl')
-            elif s.name in self.recs:  # made again for its missing fine-tunes: the first record stays
-                k = 1
-                while os.path.exists(path := os.path.join(records, f"{s.name}.rerun{k}.jsonl")):
-                    k += 1
+            elif s.name in self.recs:  # made again for its missing fine-tunes: the first record stays, and a rerun
+                k, run_id = 1, (log_head(os.path.join(s.folder, 'log.jsonl')) or {}).get('run_id')  # resumed from
+                while os.path.exists(path := os.path.join(records, f"{s.name}.rerun{k}.jsonl")) and \
+                        (run_id is None or self.recs.get(f"{s.name}.rerun{k}", ({},))[0].get('run_id') != run_id):
+                    k += 1  # an earlier call keeps its own record (the same run_id)
             elif paused:  # a first run's record is written once it ends (a record is a finished run)
                 self.paused.add(s.name)
                 return f"paused at step {trained(s)} for its snapshot's fine-tunes ({job_s:.0f} s)"

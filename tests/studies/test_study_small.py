@@ -425,6 +425,31 @@ def test_a_bare_cpu_makes_a_recorded_run_again_pausing_at_each_snapshot_with_fin
         (work / "records" / "calib_s1.rerun1.jsonl").read_bytes()
 
 
+def test_a_rerun_paused_in_one_call_and_resumed_in_the_next_keeps_its_record(laptop_calib, tmp_path):
+    """A rerun stopped after its pause (SIGTERM during its snapshot's fine-tunes), then resumed by the next call from
+    its checkpoint (out_dir kept): one run, one record (its run_id), that grows to the run's end."""
+    work = copy_work(laptop_calib[0], tmp_path / "w")
+    for f in os.listdir(work / "records"):
+        if f.startswith("calib_s1_t"):
+            os.remove(work / "records" / f)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("OUT", None)
+    p = subprocess.Popen([sys.executable, "studies/study_small.py", "--dry=True", f"--work={work}",
+                          "--phase=calibration", *LAPTOP], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True)
+    t0 = time.time()
+    while not (work / "records" / "calib_s1.rerun1.jsonl").exists() and p.poll() is None and time.time() - t0 < 300:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    out = p.communicate(timeout=120)[0]
+    assert p.returncode == 143 and "paused at step 2" in out, out[-3000:]
+    out = ok(run(work, "--phase=calibration", *LAPTOP))
+    assert re.findall(r"started (\S+)", out)[0] == "calib_s1" and "rerun2" not in out
+    first, again = (ss.read_record(str(work / "records" / f"calib_s1{x}.jsonl")) for x in ("", ".rerun1"))
+    assert [(r["step"], r["loss"]) for r in again[1]] == [(r["step"], r["loss"]) for r in first[1]]
+    assert not (work / "records" / "calib_s1.rerun2.jsonl").exists()
+
+
 def test_a_cpu_run_cut_by_a_signal_resumes_from_its_checkpoint(tmp_path):
     """SIGTERM while a pre-training runs: train.py saves, the runner stops in one line (143) and records nothing of
     it; the next call resumes it from its checkpoint (its remaining steps estimated), and its record holds every eval
