@@ -566,11 +566,14 @@ class Runner:
             path, paused = s.record, trained(s) < s.step
             if s.name in self.made:  # paused before in this call: its record grows
                 path = os.path.join(records, self.made[s.name] + '.jsonl')
-            elif s.name in self.recs:  # made again for its missing fine-tunes: the first record stays, and a rerun
-                k, run_id = 1, (log_head(os.path.join(s.folder, 'log.jsonl')) or {}).get('run_id')  # resumed from
-                while os.path.exists(path := os.path.join(records, f"{s.name}.rerun{k}.jsonl")) and \
-                        (run_id is None or self.recs.get(f"{s.name}.rerun{k}", ({},))[0].get('run_id') != run_id):
-                    k += 1  # an earlier call keeps its own record (the same run_id)
+            elif s.name in self.recs:  # made again for its missing fine-tunes: the first record stays; a rerun
+                run_id = (log_head(os.path.join(s.folder, 'log.jsonl')) or {}).get('run_id')  # that an earlier call
+                same = sorted(n for n, r in self.recs.items() if n.startswith(s.name + '.rerun') and run_id and
+                              isinstance(r, tuple) and r[0].get('run_id') == run_id)  # paused keeps its record
+                k = 1
+                while not same and os.path.exists(path := os.path.join(records, f"{s.name}.rerun{k}.jsonl")):
+                    k += 1
+                path = os.path.join(records, same[0] + '.jsonl') if same else path
             elif paused:  # a first run's record is written once it ends (a record is a finished run)
                 self.paused.add(s.name)
                 return f"paused at step {trained(s)} for its snapshot's fine-tunes ({job_s:.0f} s)"

@@ -438,8 +438,8 @@ def test_a_rerun_paused_in_one_call_and_resumed_in_the_next_keeps_its_record(lap
                           "--phase=calibration", *LAPTOP], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     t0 = time.time()
-    while not (work / "records" / "calib_s1.rerun1.jsonl").exists() and p.poll() is None and time.time() - t0 < 300:
-        time.sleep(0.05)
+    while not list((work / "runs").glob("calib_s1_t1024.*")) and p.poll() is None and time.time() - t0 < 300:
+        time.sleep(0.05)  # its first fine-tune started: the pre-training paused and said so
     p.send_signal(signal.SIGTERM)
     out = p.communicate(timeout=120)[0]
     assert p.returncode == 143 and "paused at step 2" in out, out[-3000:]
