@@ -1051,7 +1051,8 @@ def calibration_summary(cfg, recs):
         if not (a and b and df):
             return None
         d, h = float(np.mean(a) - np.mean(b)), t_quantile(CLEAR, df) * sd * math.sqrt(1 / len(a) + 1 / len(b))
-        return {'diff': d, 'half95': h, 'clear': d - h > 0}
+        whole = min(len(a), len(b)) >= len(glue_seeds.split(','))  # the plan's seeds on both sides, or not yet
+        return {'diff': d, 'half95': h, 'clear': d - h > 0 and whole, 'seeds': [len(a), len(b)]}
     gains, first = [], {}
     for p in points_[1:]:
         row = {'tokens': p['tokens'], 'step': p['step']}
@@ -1175,15 +1176,18 @@ def report(s):
               f"bound from the pooled fine-tuning sd)*\n\n| tokens | hours | eval loss | MLM accuracy | GLUE-4 (seeds) | "
               + ' | '.join(ts) + " | gain [half] |\n|---|---|---|---|---|" + '---|' * len(ts) + '---|')
         gains = {g['step']: g for g in c['gain']}
+        n_ft = len(glue_seeds.split(','))
+        mark = lambda x: ' clear' if x['clear'] else f" {min(x['seeds'])} of {n_ft} seeds" if min(x['seeds']) < n_ft \
+            else ''
         for p in c['points'] + ([c['untrained_own_lr']] if c['untrained_own_lr'] else []):
             g = gains.get(p['step'], {}) if p['step'] else {}
             label = tokens_text(p['tokens']) if p['step'] else f"untrained, lr {p['glue_lr']:g}"
             print(f"| {label} | {f(p['train_hours'])} | {f(p['mlm_loss'], '.4f')} | {f(p['mlm_accuracy'], '.4f')} | "
                   f"{f(p['glue4'])} ({len(p['glue4_per_seed'])}) | " +
                   ' | '.join(f(p['tasks'].get(t)) + (f" ({g[t]['diff']:+.2f} [{g[t]['half95']:.2f}]"
-                                                       f"{' clear' if g[t]['clear'] else ''})" if g.get(t) else '')
+                                                       f"{mark(g[t])})" if g.get(t) else '')
                              for t in ts) + " | " +
-                  (f"{g['glue4']['diff']:+.2f} [{g['glue4']['half95']:.2f}]{' clear' if g['glue4']['clear'] else ''}"
+                  (f"{g['glue4']['diff']:+.2f} [{g['glue4']['half95']:.2f}]{mark(g['glue4'])}"
                    if g.get('glue4') else '-') + " |")
         print("first clear gain: " + '; '.join(f"{k} " + (f"at {tokens_text(v['tokens'])} tokens ({v['diff']:+.2f})"
                                                          if v else "none") for k, v in c['first_clear'].items()) +

@@ -227,6 +227,11 @@ def test_the_calibration_summary_by_hand(monkeypatch):
     assert c["first_clear"]["glue4"] == {"tokens": 3072, "diff": pytest.approx(10.0), "train_hours": None}
     assert c["plateau_exit_step"] == 4 and c["final"]["mlm_loss"] == 4.0  # 10 - step <= 7.5 - 0.7
     assert c["seeds_for_delta"]["glue4"]["2"] == math.ceil(((1.96 + 0.84) * sd * math.sqrt(2 / 2) / 2) ** 2 + 2)
+    del recs[next(n for n in recs if n.startswith("calib_s1_t3072.") and n.endswith("_s2"))]
+    c = ss.calibration_summary(cfg, recs)  # a point with fewer seeds than the plan's: its gain is not clear yet
+    g2 = c["gain"][1]["glue4"]
+    assert g2["seeds"] == [1, 2] and g2["diff"] == pytest.approx(9.0) and not g2["clear"]
+    assert c["first_clear"]["glue4"] is None
 
 
 def test_the_comparison_per_arm(pilot, tmp_path):
