@@ -564,12 +564,10 @@ class Runner:
             path = s.record
         else:
             path, paused = s.record, trained(s) < s.step
-            if s.name in self.made:  # paused before in this call: its record grows
-                path = os.path.join(records, self.made[s.name] + '.jsonl')
-            elif s.name in self.recs:  # made again for its missing fine-tunes: the first record stays; a rerun
-                run_id = (log_head(os.path.join(s.folder, 'log.jsonl')) or {}).get('run_id')  # that an earlier call
+            if s.name in self.recs:  # made again for its missing fine-tunes: the first record stays; a rerun
+                run_id = (log_head(os.path.join(s.folder, 'log.jsonl')) or {}).get('run_id')  # paused before (this
                 same = sorted(n for n, r in self.recs.items() if n.startswith(s.name + '.rerun') and run_id and
-                              isinstance(r, tuple) and r[0].get('run_id') == run_id)  # paused keeps its record
+                              isinstance(r, tuple) and r[0].get('run_id') == run_id)  # call or another) keeps its own
                 k = 1
                 while not same and os.path.exists(path := os.path.join(records, f"{s.name}.rerun{k}.jsonl")):
                     k += 1
@@ -582,15 +580,12 @@ class Runner:
             add_to_head(path, {'gpu': self.device['name'], 'data': self.data,
                                'timing': run_timing(s, start, job_s, cold),
                                **({'threads': self.device['threads']} if 'threads' in self.device else {})})
-        if s.kind != 'glue' and paused:
-            self.paused.add(s.name)
-        else:
-            self.paused.discard(s.name)
-            self.finished.add(s.name)
+        paused = s.kind != 'glue' and paused
+        (self.paused if paused else self.finished).add(s.name)  # a pause ends when it starts again (may_start)
         self.written += [path] if path not in self.written else []
         bundle(self.written, [x for x in self.steps.values() if x.name in self.started])
         name = os.path.basename(path).rsplit('.json', 1)[0]
-        why = f", paused at step {trained(s)} for its snapshot's fine-tunes" if s.name in self.paused else ''
+        why = f", paused at step {trained(s)} for its snapshot's fine-tunes" if paused else ''
         self.recs[name] = read_record(path, WHO) if path.endswith('.jsonl') else read_json_record(path)
         self.t = estimates(self.recs, self.device)  # what this job took counts from now on
         return f"{path}{why} ({job_s:.0f} s)"
