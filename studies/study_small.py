@@ -1322,6 +1322,9 @@ def from_clone(cfg):
                     "the tree has uncommitted changes: commit them (a run's record names the commit it ran from), "
                     "or set --clone=False"))
         sha = git('rev-parse', 'HEAD').stdout.strip()
+    full = git('rev-parse', '--verify', '--quiet', sha + '^{commit}').stdout.strip()  # 7a2a283: its whole sha
+    check(WHO, (full, f"--commit={sha} names no commit of {ROOT}: give one of its git log's"))
+    sha = full
     dest = os.path.abspath(os.path.join(out_dir, 'code', sha[:12]))
     if git('rev-parse', 'HEAD', at=dest).stdout.strip() != sha:
         check(WHO, (not os.path.exists(dest), f"{dest} is there but is no clone of {sha[:12]}: move it away (it is "
