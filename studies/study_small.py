@@ -72,7 +72,7 @@ device = 'cuda'  # cuda: one GPU (the device tool's runs); cpu: this machine's C
 hours = 0.0  # the call's deadline in hours: sets budget_s and stop_s (0: they stand as given)
 clone = False  # run from a clone of one commit under out_dir (the phase's records' commit, else HEAD): main may
                # change while a long run trains
-commit = ''  # clone: the commit to run from ('' = the phase's records', else HEAD)
+commit = ''  # clone: the commit to run from, whole or abbreviated ('' = the phase's records', else HEAD)
 # the pilot (pre-training seed `seed`)
 pilot_lrs = '1e-3,5e-4,2e-3'  # pre-training peak lrs: one run each of pilot_tokens, its schedule ending there
 pilot_tokens = '50M'  # each pilot run's tokens (k, M or B), where its schedule ends
