@@ -1323,7 +1323,8 @@ def from_clone(cfg):
                     "or set --clone=False"))
         sha = git('rev-parse', 'HEAD').stdout.strip()
     full = git('rev-parse', '--verify', '--quiet', sha + '^{commit}').stdout.strip()  # 7a2a283: its whole sha
-    check(WHO, (full, f"--commit={sha} names no commit of {ROOT}: give one of its git log's"))
+    check(WHO, (full, f"{'--commit=' if commit else 'the records name commit '}{sha}, no commit of {ROOT}: give one of "
+                      "its git log's"))
     sha = full
     dest = os.path.abspath(os.path.join(out_dir, 'code', sha[:12]))
     if git('rev-parse', 'HEAD', at=dest).stdout.strip() != sha:

@@ -524,7 +524,7 @@ def test_records_of_several_commits_run_from_the_one_named(pilot, tmp_path):
     assert f"running from {work}/runs/code/{sha[:12]} (commit {sha[:12]})" in out
     out = ok(run(work, *args, f"--commit={sha[:7]}"))  # abbreviated: the same clone, the next call too
     assert f"running from {work}/runs/code/{sha[:12]} (commit {sha[:12]})" in out
-    one_line_error(run(work, *args, "--commit=0badc0de"), f"study_small: --commit=0badc0de names no commit of {ROOT}")
+    one_line_error(run(work, *args, "--commit=0badc0de"), f"study_small: --commit=0badc0de, no commit of {ROOT}")
 
 
 def test_on_a_cpu_a_long_pre_training_starts_if_some_of_it_fits_and_a_fine_tune_only_whole(monkeypatch, tmp_path):
