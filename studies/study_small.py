@@ -1253,12 +1253,17 @@ def figure(cfg, recs, s, path):
             on = [p for p in c['points'][1:] if t in p['tasks']]
             ax['glue'].plot([x(p) for p in on], [p['tasks'][t] for p in on], 'o-' if len(on) > 1 else 'o', lw=0.8,
                             ms=3, color=f"C{i}", label=t)
+            for p in on:  # each fine-tuning seed's score: the spread a gain is measured against
+                v = [r[t] for r in p['tasks_per_seed'].values() if t in r]
+                ax['glue'].plot([x(p)] * len(v), v, '.', color=f"C{i}", ms=3, alpha=0.4)
             if t in c['points'][0]['tasks']:
                 ax['glue'].axhline(c['points'][0]['tasks'][t], color=f"C{i}", ls=':', lw=0.8)
         if c['points'][0]['glue4'] is not None:
             ax['glue'].axhline(c['points'][0]['glue4'], color='gray', ls='--', lw=1, label='untrained (GLUE-4)')
         ax['glue'].set(xlabel='tokens seen (M)', ylabel='dev score', xscale='log',
                        title=f"GLUE (fine-tuning lr {c['glue_lr']:g}; dotted: untrained)")
+        ax['glue'].set_xticks([x(p) for p in c['points'][1:]], [f"{x(p):.1f}" for p in c['points'][1:]])
+        ax['glue'].minorticks_off()
     if 'cmp' in ax:
         for i, a in enumerate(a for a in s['per_arm'] if a != 'untrained'):
             runs = [recs[f"{a}_s{sd}"][1] for sd in s['per_arm'][a]['seeds']]
