@@ -22,7 +22,7 @@ points = '3.125M,6.25M,12.5M,25M,50M'
 calib_tasks = 'stsb,sst2'
 init_own_lr = True
 glue_seeds = '1,2,3'
-tokens = ''  # the comparison's budget: written in docs/study_laptop.md after the calibration, before its runs
+tokens = ''  # the comparison's budget: unset, the calibration found none at which pre-training pays (docs/study_laptop.md)
 glue_args = '--max_train_samples=10000'  # SST-2 cut to its first 10,000 rows, as in study_glue; dtype auto
 out_dir = 'out/study_laptop'
 records = 'assets/study_laptop'
