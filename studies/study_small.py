@@ -1246,16 +1246,15 @@ def figure(cfg, recs, s, path):
         pts = [p for p in c['points'][1:] if p['glue4'] is not None]
         x = lambda p: p['tokens'] / 1e6
         ax['glue'].plot([x(p) for p in pts], [p['glue4'] for p in pts], 'o-', color='k', label='GLUE-4')
-        for p in pts:
-            ax['glue'].plot([x(p)] * len(p['glue4_per_seed']), list(p['glue4_per_seed'].values()), '.', color='k',
-                            alpha=0.4)
+        seeds = lambda p, v, color, **kw: ax['glue'].plot([x(p)] * len(v), v, '.', color=color, alpha=0.4, **kw)
+        for p in pts:  # each fine-tuning seed's score, faint: the spread a gain is measured against
+            seeds(p, list(p['glue4_per_seed'].values()), 'k')
         for i, t in enumerate(tasks.split(',')):  # the untrained model's as a line: tokens 0 has no place on a log axis
             on = [p for p in c['points'][1:] if t in p['tasks']]
             ax['glue'].plot([x(p) for p in on], [p['tasks'][t] for p in on], 'o-' if len(on) > 1 else 'o', lw=0.8,
                             ms=3, color=f"C{i}", label=t)
-            for p in on:  # each fine-tuning seed's score: the spread a gain is measured against
-                v = [r[t] for r in p['tasks_per_seed'].values() if t in r]
-                ax['glue'].plot([x(p)] * len(v), v, '.', color=f"C{i}", ms=3, alpha=0.4)
+            for p in on:
+                seeds(p, [r[t] for r in p['tasks_per_seed'].values() if t in r], f"C{i}", ms=3)
             if t in c['points'][0]['tasks']:
                 ax['glue'].axhline(c['points'][0]['tasks'][t], color=f"C{i}", ls=':', lw=0.8)
         if c['points'][0]['glue4'] is not None:
