@@ -27,6 +27,7 @@ if __name__ == "__main__":  # first: a Ctrl-C during start-up is one line (lib/i
 import datetime
 import gc
 import math
+import os
 import re
 import signal
 import statistics
@@ -43,7 +44,7 @@ from torch.profiler import ProfilerActivity
 from configurator import comma_list, oneline
 from lib.dataloader import mask_tokens, n_masked
 from lib.device import autocast, gpu_peak_flops, resolve_dtype, set_up
-from lib.files import write_json
+from lib.files import read_json, write_json
 from lib.step import COMPILE_MODES, compile_model, prepare_optimizer
 from model import ATTENTION_TYPES, SDPA_BACKENDS, Bert, BertClassifier, BertConfig, SelfAttention, set_kernels
 
@@ -643,7 +644,25 @@ def print_latency(dtype):
     return {f"{t} {B}x{T}": times[(t, B, T)] * 1e3 for t, B, T in times}
 
 
+def check_json_path(path):
+    """--json, before any timing: a path with nothing there, or a JSON run of bench.py's own (replaced by this run's;
+    each one it ever wrote holds device, torch and ms_per_step or ms_per_forward). Anything else is not replaced:
+    one line, and it is left as it is."""
+    if not os.path.lexists(path):
+        return
+    try:
+        old = read_json(path, "bench JSON")
+    except SystemExit:  # unreadable, a folder, not JSON
+        old = None
+    if not (isinstance(old, dict) and {"device", "torch"} <= old.keys() and old.keys() & {"ms_per_step",
+                                                                                          "ms_per_forward"}):
+        raise SystemExit(f"bench: --json={path} is there and is no JSON run of bench.py's: it is left as it is; name "
+                         "another path, or move it away")
+
+
 def main():
+    if json:
+        check_json_path(json)
     for key in ("dtypes", "modes", "attention_types", "hf_modes", "seq_lens", "latency"):  # '': no HF, no scaling
         if globals()[key] or key in ("dtypes", "modes", "attention_types"):  # or latency table; each row once
             comma_list("bench", key, globals()[key])

@@ -1,14 +1,20 @@
 """
 Files and folders that a crash cannot leave half-made: every file written whole or not at all (atomic_write,
-write_json), JSON read with a one-line error (read_json), a folder held by one process at a time (lock_dir, locked),
-and the temporaries of killed writers removed (remove_stale_temporaries). Every script that writes uses them.
+write_json, copy_file), JSON read with a one-line error (read_json), an archive read whole or refused (read_tar,
+tar_writer), a folder held by one process at a time (lock_dir, locked), and the temporaries of killed writers
+removed (remove_stale_temporaries). Every script that writes uses them.
 """
 import atexit
 import fcntl
+import hashlib
+import io
 import json
 import os
 import re
+import shutil
 import socket
+import tarfile
+import zlib
 from contextlib import contextmanager
 
 from configurator import oneline
@@ -37,6 +43,72 @@ def atomic_write(path, write, mode="wb"):
 
 def write_json(path, obj):
     atomic_write(path, lambda f: f.write(json.dumps(obj, indent=1) + "\n"), mode="w")
+
+
+def copy_file(src, dest):
+    """src copied to dest whole or not at all (atomic_write); nothing to do where they are one file (a folder given
+    as its own source, e.g. --glue_dir=<carry>/glue)."""
+    try:
+        if os.path.exists(dest) and os.path.samefile(src, dest):
+            return
+        with open(src, 'rb') as f:
+            atomic_write(dest, lambda g: shutil.copyfileobj(f, g, 1 << 24))
+    except OSError as e:
+        raise SystemExit(f"cannot copy {src} to {dest}: {e.strerror or e}")
+
+
+MANIFEST = 'MANIFEST'  # tar_writer's first member: every other member's name and sha256 (no .json: never a record)
+
+
+def tar_writer(members, mode='w'):
+    """write(f) for atomic_write: a tar ('w:gz': compressed) of members [(path, its name inside)], its first member
+    MANIFEST, which read_tar checks the rest against (a tar's own headers do not say how many members follow)."""
+    def write(f):
+        with tarfile.open(fileobj=f, mode=mode) as t:
+            sums = {}
+            for p, name in members:
+                with open(p, 'rb') as g:
+                    sums[name] = hashlib.sha256(g.read()).hexdigest()
+            data = json.dumps({'members': sums}, indent=1).encode()
+            info = tarfile.TarInfo(MANIFEST)
+            info.size, info.mode = len(data), 0o644
+            t.addfile(info, io.BytesIO(data))
+            for p, name in members:
+                t.add(p, arcname=name)
+    return write
+
+
+def read_tar(path, who):
+    """[(member, its bytes or None for a non-file)] of a tar or tar.gz, read whole or refused in one line, `who: path is
+    not a whole archive (why)`. Python's tarfile ends the member list in silence at a damaged header, and gzip's
+    checksum is met only at the stream's end: so every member's data is read, then the stream to its end, which must
+    be the zero blocks a tar ends with. Where tar_writer wrote it, its MANIFEST must list every other member, with
+    its sha256 (the manifest is not returned)."""
+    def refuse(why):
+        raise SystemExit(f"{who}: {path} is not a whole archive ({why})")
+    try:
+        with tarfile.open(path) as t:
+            members = [(m, t.extractfile(m).read() if m.isfile() else None) for m in t]
+            t.fileobj.seek(t.offset)  # where tarfile stopped: the end-of-archive blocks, or a header it could not read
+            rest = t.fileobj.read()
+    except (OSError, EOFError, tarfile.TarError, zlib.error) as e:  # EOFError: a cut .gz; OSError: a bad CRC
+        refuse(oneline(e))
+    if len(rest) < 2 * tarfile.BLOCKSIZE or rest.strip(b'\0'):
+        refuse(f"a damaged header or its end cut {f'after {members[-1][0].name}' if members else 'at its start'}: "
+               f"{len(members)} members read")
+    if members and members[0][0].name == MANIFEST:
+        try:
+            want = json.loads(members[0][1])['members']
+            if not isinstance(want, dict):
+                raise ValueError("its members are not an object")
+        except (TypeError, ValueError, KeyError) as e:
+            refuse(f"its {MANIFEST} is damaged: {oneline(e)}")
+        members = members[1:]
+        have = {m.name: hashlib.sha256(d).hexdigest() for m, d in members if d is not None}
+        if len(members) != len(want) or have != want:
+            refuse(f"{len(members)} members, its {MANIFEST} lists {len(want)}" if len(members) != len(want) else
+                   f"a member differs from its {MANIFEST}")
+    return members
 
 
 def read_json(path, what):

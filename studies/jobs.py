@@ -10,6 +10,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -267,6 +268,43 @@ def code_commit():
     if head.returncode:
         return None
     return head.stdout.strip() + ('+changes' if git('status', '--porcelain', '--untracked-files=no').stdout else '')
+
+
+CLONE_MADE = 'study-clone-made'  # in a clone's .git/: written once its checkout is complete
+
+
+def clone_at(sha, dest, who):
+    """dest, a clone of this repository checked out at commit sha: made whole, or made again. Its marker
+    (.git/CLONE_MADE) is written once the checkout is complete, so a clone cut by a Ctrl-C while it was made (its
+    HEAD may be sha already) is removed and made again; a folder there that is no clone of this repository, or a
+    clone since moved to another commit, is refused and left as it is (it may be the user's)."""
+    git = lambda *a: subprocess.run(['git', *a], capture_output=True, text=True)
+    at = lambda *a: git('--git-dir', os.path.join(dest, '.git'), *a)  # never a repository above dest (-C would)
+    marker = os.path.join(dest, '.git', CLONE_MADE)
+    if os.path.isfile(marker) and at('rev-parse', 'HEAD').stdout.strip() == sha:
+        return
+    if os.path.lexists(dest):
+        origin = at('config', '--get', 'remote.origin.url').stdout.strip()
+        if os.path.isfile(marker) or not origin or os.path.realpath(origin) != os.path.realpath(ROOT):
+            raise SystemExit(f"{who}: {dest} is there but is no clone of {sha[:12]}: move it away (it is not "
+                             "removed: it may be yours)")
+        print(f"{who}: {dest} was cut while it was made: made again", flush=True)
+        try:
+            shutil.rmtree(dest)
+        except OSError as e:
+            raise SystemExit(f"{who}: cannot remove the unfinished clone {dest} ({oneline(e)}): remove it by hand")
+    made = git('clone', '--quiet', '--shared', '--no-checkout', ROOT, dest)
+    made = made.returncode and made or git('-C', dest, 'checkout', '--quiet', '--detach', sha)
+    if made.returncode:
+        raise SystemExit(f"{who}: cannot clone commit {sha} into {dest}: {oneline(made.stderr)}")
+    atomic_write(marker, lambda f: f.write(sha + '\n'), mode='w')  # last: the clone is whole
+
+
+def same_request(request, cmd):
+    """Whether a fine-tune record's request ({key: value}) is the job's settings cmd (--key=value), its lists (tasks,
+    seeds) compared as sets: the order they were given in makes no other job."""
+    norm = lambda a: re.sub(r'^(--(?:tasks|seeds)=)(.*)$', lambda m: m[1] + ','.join(sorted(m[2].split(','))), a)
+    return sorted(norm(f'--{k}={v}') for k, v in request.items()) == sorted(map(norm, cmd))
 
 
 def differ(have, cmd):

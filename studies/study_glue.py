@@ -30,7 +30,7 @@ from lib.dataloader import dataset_dir
 from lib.files import read_json, write_json
 import plot
 from studies.jobs import (BASE_CONFIG, BENCHMARK_RECORD, GLUE_RECORD, STEP_TIMES, Job, code_commit, cpu_name,
-                          differ, read_checked, read_record, run_jobs, unigram_loss, write_record)
+                          differ, read_checked, read_record, run_jobs, same_request, unigram_loss, write_record)
 from studies.stats import holm, paired_t, sign_flip_p, tost
 
 # -----------------------------------------------------------------------------
@@ -116,9 +116,10 @@ def job_done(kind, cmd, rec):
     if not os.path.exists(rec):
         return False
     r = read_glue_record(rec) if kind == 'glue' else read_checked(rec, BENCHMARK_RECORD, 'study_glue')
-    want = [f'--{k}={v}' for k, v in r['request'].items()]
-    if sorted(want) != sorted(a for a in cmd if not a.startswith(('--init_from', '--benchmark', '--out_dir'))):
-        raise SystemExit(f"study_glue: {rec} was made with other settings ({' '.join(want)}): move it away")
+    asked = [a for a in cmd if not a.startswith(('--init_from', '--benchmark', '--out_dir'))]  # where: not what
+    if not same_request(r['request'], asked):
+        raise SystemExit(f"study_glue: {rec} was made with other settings "
+                         f"({' '.join(f'--{k}={v}' for k, v in r['request'].items())}): move it away")
     # the pre-training run it fine-tuned, trained again since (another run id): these results are another model's
     # (records made before run ids name none: not checked)
     pre = rec.rsplit('.', 2)[0] + '.jsonl'

