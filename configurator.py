@@ -119,11 +119,12 @@ def read_file(path):
 
 def configure(g, argv=None, given=None):
     """Apply config files and --key=value overrides from argv (default sys.argv[1:]) to the dict g; returns the
-    effective configuration. given, a set, receives the keys that a config file or an override set."""
+    effective configuration. given, a dict, receives each key that a config file or an override set, with where its
+    value came from: the file's path, or the override as written ('--dropout=0.1'), the last one that set it."""
     argv = sys.argv[1:] if argv is None else argv
     defaults = {k: v for k, v in g.items()  # lower-case globals: UPPER_CASE ones are the script's constants
                 if not k.startswith("_") and not k.isupper() and isinstance(v, SIMPLE)}
-    given = set() if given is None else given
+    given = {} if given is None else given
     if "--help" in argv or "-h" in argv:
         try:
             print_help(g, defaults)
@@ -136,7 +137,7 @@ def configure(g, argv=None, given=None):
             for k, v in read_file(arg).items():
                 if k in defaults or isinstance(v, SIMPLE):  # a setting's value that is no plain literal (pathlib.Path,
                     g[k] = _check(k, v, defaults, arg)  # np.int64) is refused, never dropped; other names (imported
-                    given.add(k)  # modules, helper functions) are the file's own
+                    given[k] = arg  # modules, helper functions) are the file's own
         else:
             key, eq, text = arg[2:].partition("=")
             if not eq and isinstance(defaults.get(key), bool):
@@ -151,7 +152,7 @@ def configure(g, argv=None, given=None):
                 except (ValueError, SyntaxError):
                     value = text  # not a Python literal: reported as a str where a number is expected
             g[key] = _check(key, value, defaults, f"--{key}")
-            given.add(key)
+            given[key] = arg
     return {k: g[k] for k in defaults}  # the effective configuration, e.g. for logging and checkpoints
 
 

@@ -14,7 +14,8 @@ it predicts here. Per head h, with q = x Wq + bq:
                                            -> key = the query projection; query' = (Wq S_h, bq S_h) per head
 additive / hybrid / sub-LN models have no stock equivalent and are refused. Writes config.json, the weights
 (model.safetensors when safetensors is installed, else pytorch_model.bin), and tokenizer.json +
-tokenizer_config.json reproducing this project's ids: GPT-2's BPE, [PAD] [CLS] [SEP] [MASK] = 50257..50260,
+tokenizer_config.json reproducing this project's ids: GPT-2's BPE, [PAD] [CLS] [SEP] [MASK] = 50257..50260 (a model of
+a smaller vocabulary, prepare_oscar.py --vocab_size: its first merges alone, the specials right after them),
 and [CLS] a [SEP] (b [SEP]) around the text, with token types, as prepare_oscar.py and finetune_glue.py build
 their inputs, and README.md, the model card: what the model is, how it was trained and exported, its eval loss and
 MLM accuracy, and what it cannot do. Needs only torch (transformers is needed to load the result).
@@ -30,7 +31,7 @@ import torch
 from lib.checkpoint import load_checkpoint
 from lib.files import atomic_write, locked
 from lib.step import linear_schedule
-from lib.tokenizer import GPT2_PAT_STR, N_GPT2, SPECIAL_TOKENS, get_tokenizer
+from lib.tokenizer import GPT2_PAT_STR, N_GPT2, VOCAB_SIZE, get_tokenizer
 from model import BertConfig
 
 # -----------------------------------------------------------------------------
@@ -46,7 +47,8 @@ def hf_config(cfg, **extra):
             "intermediate_size": cfg.n_inner, "hidden_act": "gelu", "hidden_dropout_prob": cfg.dropout,
             "attention_probs_dropout_prob": cfg.attn_dropout(), "max_position_embeddings": cfg.block_size,
             "type_vocab_size": cfg.type_vocab_size, "layer_norm_eps": 1e-12, "initializer_range": 0.02,
-            "pad_token_id": N_GPT2, "position_embedding_type": "absolute", "tie_word_embeddings": True, **extra}
+            "pad_token_id": get_tokenizer(cfg.vocab_size)[1]["pad"], "position_embedding_type": "absolute",
+            "tie_word_embeddings": True, **extra}
 
 
 def hf_weights(cfg, sd):
@@ -89,11 +91,12 @@ def bytes_to_unicode():
     return {b: chr(b) for b in keep} | {b: chr(256 + i) for i, b in enumerate(extra)}
 
 
-@lru_cache(maxsize=1)
-def tokenizer_json():
-    """tokenizer.json for Hugging Face `tokenizers`: this project's BPE (tiktoken's ranks: each token's merge is
-    recovered by merging its bytes with the lower ranks only), its split pattern, its special tokens."""
-    enc, special = get_tokenizer()
+@lru_cache(maxsize=2)
+def tokenizer_json(vocab_size=VOCAB_SIZE):
+    """tokenizer.json for Hugging Face `tokenizers`: this project's BPE of vocab_size ids (tiktoken's ranks: each
+    token's merge is recovered by merging its bytes with the lower ranks only), its split pattern, its special
+    tokens."""
+    enc, special = get_tokenizer(vocab_size)
     ranks = enc._mergeable_ranks
     u = bytes_to_unicode()
     show = lambda b: "".join(u[x] for x in b)
@@ -106,8 +109,7 @@ def tokenizer_json():
             i = min(range(len(parts) - 1), key=lambda i: ranks.get(parts[i] + parts[i + 1], float("inf")))
             parts[i:i + 2] = [parts[i] + parts[i + 1]]
         merges.append(f"{show(parts[0])} {show(parts[1])}")
-    added = [{"id": N_GPT2 - 1, "content": "<|endoftext|>"}] + [
-        {"id": N_GPT2 + i, "content": t} for i, t in enumerate(SPECIAL_TOKENS)]
+    added = [{"id": i, "content": t} for t, i in enc._special_tokens.items()]  # <|endoftext|>, then [PAD].. [MASK]
     added = [{**a, "single_word": False, "lstrip": a["content"] == "[MASK]", "rstrip": False, "normalized": False,
               "special": True} for a in added]  # lstrip: as tokenizer.encode_with_specials, " [MASK]" = "[MASK]"
     tok = lambda name, type_id: {"SpecialToken": {"id": name, "type_id": type_id}}
@@ -231,7 +233,8 @@ def model_card(ck, weights, source=None, out=None):
     if classifier:
         dev = ck.get("dev")
         rows += [("task", f"{ck.get('task', 'a classification task')} (GLUE), fine-tuned with finetune_glue.py, seed "
-                          f"{ck.get('seed', '?')}; labels {', '.join(map(str, ck.get('labels') or [])) or 'a score'}"),
+                          f"{ck.get('seed', '?')}, dropout {cfg.dropout:g} (attention {cfg.attn_dropout():g}); labels "
+                          f"{', '.join(map(str, ck.get('labels') or [])) or 'a score'}"),
                  ("pre-training", f"{step:,} steps"),
                  ("dev score", json.dumps(dev) if dev is not None else "not recorded in the checkpoint")]
     else:
@@ -260,6 +263,10 @@ def model_card(ck, weights, source=None, out=None):
            if classifier else f'from transformers import pipeline\nfill = pipeline("fill-mask", model="{where}")\n'
                               'print(fill("Return the [MASK] of the list."))')
     dtype = str(weights["bert.embeddings.word_embeddings.weight"].dtype).removeprefix("torch.")
+    pad = get_tokenizer(cfg.vocab_size)[1]["pad"]  # the ordinary tokens (the BPE's and <|endoftext|>) come before it
+    bpe = "tiktoken's GPT-2 BPE (50,257 tokens)" if pad == N_GPT2 else \
+        f"tiktoken's GPT-2 BPE cut to its first {pad:,} tokens (prepare_oscar.py --vocab_size={cfg.vocab_size})"
+    padded = f", padded to {cfg.vocab_size:,}" if pad + 4 < cfg.vocab_size else ""
     return f"""---
 library_name: transformers
 pipeline_tag: {"text-classification" if classifier else "fill-mask"}
@@ -295,8 +302,8 @@ ids.
 
 ## What it cannot do
 
-- Its vocabulary is tiktoken's GPT-2 BPE (50,257 tokens) with [PAD] [CLS] [SEP] [MASK] = 50257-50260, padded to \
-{cfg.vocab_size:,}: not bert-base-uncased's WordPiece, so it does not share ids with other BERTs, and a [MASK] stands \
+- Its vocabulary is {bpe} with [PAD] [CLS] [SEP] [MASK] = {pad}-{pad + 3}{padded}: not bert-base-uncased's \
+WordPiece, so it does not share ids with other BERTs, and a [MASK] stands \
 for one BPE token (which carries its own leading space). Tokenise with this folder's tokenizer.
 - It reads at most {cfg.block_size} tokens, [CLS] and [SEP] included.
 - Only the original, symmetric and pairwise operators export: an `additive` or `hybrid` model (HybridBERT), or one \
@@ -338,7 +345,7 @@ def export(ck, out, source=None):
     except ImportError:
         files = {"pytorch_model.bin": lambda f: torch.save(weights, f)}
     text = lambda obj: (lambda f: f.write(json.dumps(obj, indent=1, ensure_ascii=False).encode()))
-    files["tokenizer.json"] = text(tokenizer_json())
+    files["tokenizer.json"] = text(tokenizer_json(cfg.vocab_size))
     files["tokenizer_config.json"] = text({
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.block_size, "cls_token": "[CLS]",
         "sep_token": "[SEP]", "pad_token": "[PAD]", "mask_token": "[MASK]", "clean_up_tokenization_spaces": False,

@@ -16,6 +16,7 @@ at the same path, are refused in one line, never reused (docs/glue.md).
 """
 if __name__ == '__main__':  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
     from lib import interrupt
+import dataclasses
 import glob
 import math
 import os
@@ -36,7 +37,7 @@ from lib.checkpoint import Unreadable, describe, load_checkpoint, model_id, save
 from lib.device import set_up
 from lib.files import locked, read_json, write_json
 from lib.step import optimizer_step, schedule
-from lib.tokenizer import get_tokenizer
+from lib.tokenizer import VOCAB_SIZE, get_tokenizer
 from model import BertClassifier, BertConfig
 
 # -----------------------------------------------------------------------------
@@ -51,6 +52,9 @@ batch_size = 16  # training batch
 learning_rate = 1e-5  # peak, after the linear warm-up; linear decay to 0
 warmup_ratio = 0.1  # fraction of the steps spent warming up
 weight_decay = 0.0  # AdamW
+dropout = 0.1  # fine-tuning dropout of the hidden states, attention probabilities and classifier: the paper's (BERT's)
+               # 0.1, whatever the checkpoint was pre-trained with (Cramming turns it off in pre-training only);
+               # -1: the checkpoint's own pre-training dropout
 grad_clip = 1.0  # the Hugging Face Trainer's default max_grad_norm, which the paper's run_glue.py used
 max_seq_len = 128  # [CLS] a [SEP] b [SEP], cut longest first; at least 5 (3 for cola and sst2 alone)
 eval_batch_size = 256  # dev-set batch (no gradients)
@@ -81,6 +85,7 @@ class Settings(NamedTuple):
     learning_rate: float
     warmup_ratio: float
     weight_decay: float
+    dropout: float
     grad_clip: float
     max_seq_len: int
     eval_batch_size: int
@@ -256,10 +261,11 @@ def shortest(pair):
     return 5 if pair else 3
 
 
-def encode(rows, max_len):
+def encode(rows, max_len, vocab_size=VOCAB_SIZE):
     """[CLS] a [SEP] (b [SEP]), longest-first truncation to max_len. Returns the token arrays, the length of
-    the first segment [CLS] a [SEP] (token type 0, the rest is type 1), the lengths and the labels."""
-    enc, sp = get_tokenizer()
+    the first segment [CLS] a [SEP] (token type 0, the rest is type 1), the lengths and the labels, tokenised with
+    the model's vocabulary (vocab_size: the pre-trained model's) and with its [PAD] id for batch."""
+    enc, sp = get_tokenizer(vocab_size)
     pair = rows[0][1] is not None
     A = enc.encode_ordinary_batch([r[0].strip() for r in rows])
     B = enc.encode_ordinary_batch([r[1].strip() for r in rows]) if pair else [[]] * len(rows)
@@ -275,14 +281,14 @@ def encode(rows, max_len):
         tok.append(np.array([sp['cls'], *a[:la], sp['sep'], *b[:lb], *([sp['sep']] if pair else [])], np.int64))
         first.append(la + 2)
     y = np.array([r[2] for r in rows], np.float32 if isinstance(rows[0][2], float) else np.int64)
-    return {'tok': tok, 'first': np.array(first), 'len': np.array([len(t) for t in tok]), 'y': y}
+    return {'tok': tok, 'first': np.array(first), 'len': np.array([len(t) for t in tok]), 'y': y, 'pad': sp['pad']}
 
 
 @lru_cache(maxsize=None)  # a benchmark scores many checkpoints on the same data
-def task_data(task, data_dir, max_seq_len, max_train_samples=0):
+def task_data(task, data_dir, max_seq_len, max_train_samples=0, vocab_size=VOCAB_SIZE):
     t0, sets = time.time(), load_task(task, data_dir)
     sets['train'] = sets['train'][:max_train_samples or None]
-    data = {k: encode(rows, max_seq_len) for k, rows in sets.items()}
+    data = {k: encode(rows, max_seq_len, vocab_size) for k, rows in sets.items()}
     cut = sum(int(np.sum(d['len'] == max_seq_len)) for d in data.values())
     split = {'train': 'train', **TASKS[task].dev}  # the dev splits by their file's name (mnli: two)
     print(f"{task}: " + ", ".join(f"{split[k]} {len(r)} rows" for k, r in sets.items())
@@ -293,7 +299,7 @@ def task_data(task, data_dir, max_seq_len, max_train_samples=0):
 def batch(d, idx, device='cpu'):
     """Tensors for rows idx, padded to the longest of them (dynamic padding)."""
     lens, pos = d['len'][idx], np.arange(d['len'][idx].max())
-    ids = np.full((len(idx), len(pos)), get_tokenizer()[1]['pad'], np.int64)
+    ids = np.full((len(idx), len(pos)), d['pad'], np.int64)
     for r, i in enumerate(idx):
         ids[r, :lens[r]] = d['tok'][i]
     mask = pos < lens[:, None]
@@ -312,6 +318,12 @@ def load_pretrained(path, max_seq_len=0):
     if max_seq_len > cfg.block_size:
         raise SystemExit(f"finetune_glue: max_seq_len {max_seq_len} > the model's block_size {cfg.block_size}")
     return cfg, ck['model'], int(ck['iter_num']), model_id(ck)
+
+
+def tuned(cfg, dropout):
+    """The pre-trained model's config as it fine-tunes: with the protocol's dropout on the hidden states, attention
+    probabilities and classifier, or its pre-training's own where dropout is -1."""
+    return cfg if dropout < 0 else dataclasses.replace(cfg, dropout=dropout, attention_dropout=None)
 
 
 def finetune(task, data, seed, model_config, weights, settings, keep=None, iter_num=0, pretrained=None):
@@ -440,10 +452,12 @@ def damaged(runs):
     return None
 
 
-def protocol_of(settings, ckpt_path, pretrained):
-    """What the results of a checkpoint under these settings are: the protocol's settings, and the model they came
-    from (model_id: its run id, step and weights), never the path it was read from (recorded, not compared)."""
-    return {**{k: getattr(settings, k) for k in PROTOCOL}, 'schedule': SCHEDULE, 'optimizer': OPTIMIZER,
+def protocol_of(settings, ckpt_path, pretrained, model_config):
+    """What the results of a checkpoint under these settings are: the protocol's settings (the dropout that
+    fine-tuned as model_config, tuned(), has it), and the model they came from (model_id: its run id, step and
+    weights), never the path it was read from (recorded, not compared)."""
+    return {**{k: getattr(settings, k) for k in PROTOCOL}, 'dropout': model_config.dropout,
+            'attention_dropout': model_config.attn_dropout(), 'schedule': SCHEDULE, 'optimizer': OPTIMIZER,
             'data_dir': settings.data_dir and os.path.abspath(settings.data_dir), 'pretrained': pretrained,
             'init_from': os.path.abspath(ckpt_path), 'iter_num': pretrained['step']}
 
@@ -492,8 +506,9 @@ def kept_classifier(path, task, seed, pretrained):
 def table3(ckpt_path, out, settings):
     """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json, then its Table-3 row."""
     model_config, weights, iter_num, pretrained = load_pretrained(ckpt_path, settings.max_seq_len)
+    model_config = tuned(model_config, settings.dropout)
     path = os.path.join(out, 'glue_results.json')
-    protocol = protocol_of(settings, ckpt_path, pretrained)
+    protocol = protocol_of(settings, ckpt_path, pretrained, model_config)
     res = {'model': f"{model_config.attention_type} {model_config.n_layer}L/{model_config.n_embd}H step {iter_num}",
            'protocol': protocol, 'runs': {}}
     with locked(out, 'finetune_glue.py'):  # one writer per results folder
@@ -510,7 +525,8 @@ def table3(ckpt_path, out, settings):
             if seed in res['runs'].get(task, {}):
                 print(f"{task} seed {seed}: done already, but its classifier was not kept: fine-tuned again to "
                       f"keep it (--save_models=True), its result replaced")
-            data = task_data(task, settings.data_dir, settings.max_seq_len, settings.max_train_samples)
+            data = task_data(task, settings.data_dir, settings.max_seq_len, settings.max_train_samples,
+                             model_config.vocab_size)  # the GLUE text in the model's own vocabulary
             r = finetune(task, data, int(seed), model_config, weights, settings, keep=keep, iter_num=iter_num,
                          pretrained=pretrained)
             res['runs'].setdefault(task, {})[seed] = r
@@ -542,7 +558,8 @@ def run_benchmark(run_dir, settings):
             earlier = os.path.join(settings.out_dir, f"step_{step:07d}", 'glue_results.json')
             try:
                 if os.path.exists(earlier):
-                    earlier_results(earlier, path, protocol_of(settings, path, load_pretrained(path)[3]))
+                    cfg, _, _, pretrained = load_pretrained(path)
+                    earlier_results(earlier, path, protocol_of(settings, path, pretrained, tuned(cfg, settings.dropout)))
             except Unreadable:
                 pass  # named and skipped below
         records = []
@@ -585,6 +602,8 @@ def make_settings(config):
            and 0 <= c.warmup_ratio <= 1 and min(c.weight_decay, c.grad_clip, c.max_train_samples) >= 0,
            "epochs, batch_size, max_seq_len, eval_batch_size and snapshot_every must be >= 1, learning_rate > 0, "
            "warmup_ratio in [0, 1], weight_decay, grad_clip and max_train_samples >= 0"),
+          (0 <= c.dropout < 1 or c.dropout == -1, f"dropout must be in [0, 1), or -1 for the checkpoint's own, got "
+                                                  f"{c.dropout}"),
           (c.max_seq_len >= max(shortest(t in TASKS and TASKS[t].cols[1] is not None) for t in task_list),
            f"max_seq_len must hold [CLS] a [SEP] b [SEP] with a token of each sentence: at least 5 (3 for cola and "
            f"sst2 alone); got {c.max_seq_len}"),

@@ -8,12 +8,12 @@ Masked-LM pre-training of BERT with the original, symmetric or pairwise attentio
     python train.py --help                                    # every setting, with its default
 
 The defaults below are the paper's bert-base run. Data: data/<dataset>/{train,val}.bin + meta.json from
-prepare_oscar.py. Each micro-batch is drawn and masked from (seed, micro-batch index) alone (lib/dataloader.py), so a
-run does not depend on the number of processes. On a CPU a run is reproducible and resumable to the bit: the same
-settings on the same machine, torch version and thread count log the same losses, compiled or eager, bf16 or
-float32 (lib/device.py: deterministic algorithms). Not on a GPU (some kernels add in a non-deterministic order), nor
-with max_minutes (its schedule follows the clock): docs/training.md. A run stopped by SIGTERM/SIGINT saves first,
-then exits with 128 + the signal number; any other failure exits 1 (lib/run.py).
+prepare_oscar.py, whose vocab_size a new model takes. Each micro-batch is drawn and masked from (seed, micro-batch
+index) alone (lib/dataloader.py), so a run does not depend on the number of processes. On a CPU a run is reproducible
+and resumable to the bit: the same settings on the same machine, torch version and thread count log the same losses,
+compiled or eager, bf16 or float32 (lib/device.py: deterministic algorithms). Not on a GPU (some kernels add in a
+non-deterministic order), nor with max_minutes (its schedule follows the clock): docs/training.md. A run stopped by
+SIGTERM/SIGINT saves first, then exits with 128 + the signal number; any other failure exits 1 (lib/run.py).
 """
 from lib import interrupt  # noqa: F401  first: a Ctrl-C while torch loads is one line (lib/interrupt.py)
 import math
@@ -90,7 +90,7 @@ fused_qkv = False  # one matmul for the query, key and value projections (the pa
 sdpa_backend = "auto"  # the attention kernel on a GPU: 'auto' | 'cudnn' | 'flash' | 'efficient' | 'math'
 fused_loss = False  # the MLM loss as logsumexp minus the target's logit, computed in float32 from the bf16 logits
 # -----------------------------------------------------------------------------
-given = set()  # the keys set by config files or --key=value
+given = {}  # the keys set by config files or --key=value, each with where its value came from
 config = configure(globals(), given=given)
 check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch' or 'resume', got {init_from!r}"),
       (min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, save_interval) >= 1,
@@ -132,7 +132,10 @@ config["dtype"] = dtype  # the precision in use is the one saved with the run
 
 # data: the train blocks in a fixed order per seed, each micro-batch masked from (seed, its index); a fixed eval set
 block_size = run.model_args["block_size"]  # the model's (a resumed run's own)
-data = PretrainingData(dataset, run.model_args["vocab_size"], block_size, batch_size, mask_prob, seed)
+data = PretrainingData(dataset, run.model_args["vocab_size"] if run.resumed else None, block_size, batch_size,
+                       mask_prob, seed)  # a resumed model's vocabulary must be its data's (checked)
+if not run.resumed:
+    run.model_args["vocab_size"] = data.meta["vocab_size"]  # a new model takes its data's vocabulary
 
 
 def get_batch(it, micro):

@@ -47,7 +47,7 @@ class Run:
             remove_stale_temporaries(os.path.join(self.out_dir, "snapshots"), (r"ckpt_\d+\.pt",))
         self.nothing_to_do = None  # or a message: the same run is finished there (train.py exits 0)
         try:
-            self.ckpt, self.model_args, self.changed = open_run(self.out_dir, config, given)
+            self.ckpt, self.model_args, self.changed = open_run(self.out_dir, config, given, who)
         except NothingToDo as e:
             self.nothing_to_do, self.ckpt, self.model_args, self.changed = str(e), None, None, []
         self.config, self.resumed = config, self.ckpt is not None
@@ -286,17 +286,19 @@ def is_finished(ck, config):
     return ck["iter_num"] >= config["max_iters"] or bool(stopped) or bool(spent)
 
 
-def open_run(out_dir, config, given):
+def open_run(out_dir, config, given, who="train.py"):
     """train.py's decision for out_dir, before any compute: one of four outcomes.
     - a new run: (None, model_args, []). The folder holds nothing of a run, or only this run's log.jsonl (killed
       before its first save): it starts from step 0 whether asked to start or to resume, so that a requeued job goes
       on with the same command.
-    - a resume (init_from='resume' and a ckpt.pt): (ckpt, model_args, changed). Every setting not given now (`given`:
-      set by a config file or --key=value) is the run's own, its precision too (config is updated in place);
-      `changed` lists the given ones that make it another run (not an exact continuation).
+    - a resume (init_from='resume' and a ckpt.pt): (ckpt, model_args, changed). Every setting not given on the
+      command line (`given`: {key: where its value came from}, configurator.configure's) is the run's own, a config
+      file's too (nanoGPT's convention: the checkpoint is the run), its precision too (config is updated in place);
+      `changed` lists the command line's that make it another run (not an exact continuation). who: the command.
     - nothing to do: NothingToDo, when the run asked for is there, finished.
     - refused (SystemExit, one line, nothing touched): another run is there; this run is there unfinished but a new
       start was asked for; the checkpoint is not the log's run; a resume asks for another model."""
+    given = given if isinstance(given, dict) else {k: f"--{k}" for k in given}  # a set: the command line's keys
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     model_keys = [f.name for f in dataclasses.fields(BertConfig) if f.name in config]
     head = log_head(os.path.join(out_dir, "log.jsonl"))  # the run this folder's log belongs to (None: unknown)
@@ -318,15 +320,22 @@ def open_run(out_dir, config, given):
                              f"{ckpt.get('run_id') or 'of other settings'}, the log's {head.get('run_id')}): nothing "
                              "was changed; resume that checkpoint in a folder of its own")
         ckpt["run_id"] = ckpt.get("run_id") or head and head.get("run_id")  # an old checkpoint: the log's id
-        config.update({k: v for k, v in ckpt["config"].items() if k in config and k not in given | set(MACHINE_KEYS)})
+        model_args = ckpt["model_args"]  # the checkpoint decides the architecture
+        model_of = lambda k: model_args.get(k, BertConfig.__dataclass_fields__[k].default)
+        clash = [k for k in model_keys if given.get(k, "").startswith("--") and config[k] != model_of(k)]
+        if clash:
+            again = " ".join(["python", *(a for a in who.split() if a.split("=")[0][2:] not in clash)]
+                             + ([] if "init_from" in given else ["--init_from=resume"]))
+            raise SystemExit(f"train: resuming {ckpt_path}, but the command line asks for another model: " + ", ".join(
+                f"{given[k]} (the run's: {model_of(k)!r})" for k in clash) + f". To resume it: {again}; or start "
+                "a new out_dir")
+        ours = {k: v for k, v in ckpt["config"].items() if k in config and k not in MACHINE_KEYS
+                and not given.get(k, "").startswith("--")}  # a config file's values yield to the run's own
+        if yield_ := [f"{k} {v!r} ({given[k]}: {config[k]!r})" for k, v in ours.items() if k in given and config[k] != v]:
+            print(f"resuming with the run's own settings: {', '.join(yield_)}", flush=True)
+        config.update(ours)
         if "dtype" not in given and (ckpt["config"].get("dtype") != "float16" or config["device"].startswith("cuda")):
             config["dtype"] = ckpt["config"].get("dtype", config["dtype"])  # its precision (fp16: on a GPU only)
-        model_args = ckpt["model_args"]  # the checkpoint decides the architecture
-        clash = [f"{k} {config[k]!r} (checkpoint: {model_args.get(k)!r})" for k in model_keys
-                 if k in given and config[k] != model_args.get(k, BertConfig.__dataclass_fields__[k].default)]
-        if clash:
-            raise SystemExit(f"train: resuming {ckpt_path}, but the settings ask for another model: {', '.join(clash)}."
-                             " Drop them to resume, or start a new out_dir")
         return ckpt, model_args, sorted(run_changes(ckpt["config"], config))
 
     # a new start asked for where a checkpoint is: the same run finished is nothing to do; unfinished, refused

@@ -1,3 +1,4 @@
+import math
 import os
 import signal
 import subprocess
@@ -7,15 +8,22 @@ import time
 import pytest
 import torch
 
+import forked
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 sys.path.insert(0, ROOT)  # the project is a set of top-level scripts (nanoGPT style): importable from the tests
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
-def run_script(*args, cwd=ROOT, timeout=600, env=None):
-    """python ARGS in the repository (or cwd), one torch thread (tiny models: no oversubscription), output captured."""
+def run_script(*args, cwd=ROOT, timeout=600, env=None, fresh=False):
+    """python ARGS in the repository (or cwd), one torch thread (tiny models: no oversubscription), output captured:
+    a child of a fork server that has imported torch already (tests/forked.py: ~3 s of CPU less a call), or with
+    fresh (or a python option other than -c, or TESTS_FRESH=1 in the environment) a new interpreter."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if fresh or os.environ.get("TESTS_FRESH") or args[0].startswith("-") and args[0] != "-c":
+        return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+    return forked.run(args, cwd, env, timeout)
 
 
 def interrupted(*args, log, ready, timeout=120):
@@ -32,6 +40,31 @@ def interrupted(*args, log, ready, timeout=120):
     return p.returncode, out, err
 
 
+CACHES = {"TMPDIR": "tmp", "HOME": "home", "XDG_CACHE_HOME": "home/.cache", "MPLCONFIGDIR": "matplotlib", "HF_HOME": "huggingface",
+          "TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton", "TIKTOKEN_CACHE_DIR": "tiktoken"}
+
+
+KEPT = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "MPLCONFIGDIR")  # kept from run to run: compiling is slow
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_caches(tmp_path_factory):
+    """Every file the code under test writes, in this process and in the scripts it runs, goes under the suite's
+    temporary folder (pytest.ini removes it), never the user's home or tiktoken's cache; torch.compile's kernels and
+    matplotlib's font list, slow to make again, are kept in one folder of their own, /tmp/symmetric-bert-tests
+    (~200 MB), never /tmp/torchinductor_<user>. Yields the user's own values."""
+    root, before = tmp_path_factory.mktemp("caches"), {k: os.environ.get(k) for k in CACHES}
+    kept = os.path.join(before["TMPDIR"] or "/tmp", "symmetric-bert-tests")
+    for k, sub in CACHES.items():
+        path = os.path.join(kept, sub) if k in KEPT else str(root / sub)
+        os.makedirs(path, exist_ok=True)
+        os.environ[k] = path
+    yield before
+    os.environ.update({k: v for k, v in before.items() if v is not None})
+    for k in (k for k, v in before.items() if v is None):
+        del os.environ[k]
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory):
     """The built-in corpus, as the quick start makes it (a few hundred documents are plenty here)."""
@@ -39,3 +72,16 @@ def data_dir(tmp_path_factory):
     subprocess.run([sys.executable, "prepare_oscar.py", f"--out_dir={out}", "--max_docs=300", "--val_docs=30",
                     "--num_proc=1"], cwd=ROOT, check=True, capture_output=True)
     return str(out)
+
+
+def same(a, b):
+    """a and b are one summary: the same keys, texts and counts, numbers equal to 1e-12 (numpy and scipy may round
+    their last bit otherwise from one version or CPU to the next)."""
+    if isinstance(a, float) or isinstance(b, float):
+        return isinstance(a, (int, float)) and isinstance(b, (int, float)) and math.isclose(a, b, rel_tol=1e-12,
+                                                                                          abs_tol=1e-12)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(same, a, b))
+    return a == b

@@ -165,3 +165,28 @@ def test_ci_installs_and_runs_the_readmes_test_command():
     for package in installs.split():
         if not package.startswith("-") and package not in ("pip", "install", "&&", "requirements.txt"):
             assert package in ci_installs, package
+
+
+def test_the_suite_keeps_home_and_caches_to_itself(own_caches, tmp_path):
+    """What the scripts cache as they run (matplotlib's fonts, torch.compile's kernels, the GPT-2 files) lands in the
+    suite's own folder (conftest.own_caches): the user's home and tiktoken's cache are as they were (torch.compile's
+    /tmp/torchinductor_<user> is left out of the comparison: any other torch program on the machine writes there)."""
+    import getpass
+    home = own_caches["HOME"] or os.path.expanduser("~" + getpass.getuser())
+    theirs = [home, own_caches["TIKTOKEN_CACHE_DIR"] or os.path.join(own_caches["TMPDIR"] or "/tmp", "data-gym-cache")]
+
+    def snapshot():  # every entry two levels down, with its time of change: a file added below changes its folder's
+        return {os.path.join(d, *p): os.stat(os.path.join(d, *p)).st_mtime_ns for d in theirs if os.path.isdir(d)
+                for p in [()] + [(a,) for a in os.listdir(d)] + [(a, b) for a in os.listdir(d) if
+                                                                 os.path.isdir(os.path.join(d, a))
+                                                                 for b in os.listdir(os.path.join(d, a))]}
+    before = snapshot()
+    code = ("import matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt; plt.plot([1, 2]); "
+            f"plt.savefig({str(tmp_path / 'x.png')!r}); import torch; print(torch.compile(lambda x: x * 2)"
+            "(torch.ones(2)).sum().item()); from lib.tokenizer import get_tokenizer; get_tokenizer()")
+    p = run_script("-c", code)
+    assert p.returncode == 0 and p.stdout.strip() == "4.0", p.stderr[-2000:]
+    assert snapshot() == before
+    assert os.listdir(os.environ["MPLCONFIGDIR"]) and os.listdir(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    p = run_script("-c", code, fresh=True)  # a fresh interpreter too
+    assert p.returncode == 0 and snapshot() == before, p.stderr[-2000:]

@@ -101,20 +101,28 @@ def test_a_heat_treated_checkpoint_exports_the_multiplier_it_is_at(tmp_path, att
     torch.testing.assert_close(b[mask.bool()], a[mask.bool()], atol=1e-10, rtol=1e-10)
 
 
-def test_exported_tokenizer_gives_our_ids(tmp_path):
+@pytest.mark.parametrize("vocab_size", [50304, 16384])  # 16384: prepare_oscar.py --vocab_size, GPT-2's first merges
+def test_exported_tokenizer_gives_our_ids(tmp_path, vocab_size):
     import finetune_glue as fg
-    model = Bert(BertConfig(**TINY))
+    model = Bert(BertConfig(**TINY, vocab_size=vocab_size))
     out = write_export({"model": model.state_dict(), "model_args": vars(model.config), "iter_num": 0}, tmp_path / "hf")
     tok = transformers.AutoTokenizer.from_pretrained(out)
-    _, sp = get_tokenizer()
+    enc, sp = get_tokenizer(vocab_size)
     assert (tok.mask_token_id, tok.pad_token_id, tok.cls_token_id, tok.sep_token_id) == (
         sp["mask"], sp["pad"], sp["cls"], sp["sep"])
+    assert len(tok) == enc.n_vocab and json.loads((tmp_path / "hf" / "config.json").read_text())["pad_token_id"] == \
+        sp["pad"]
+    assert {50304: "tiktoken's GPT-2 BPE (50,257 tokens) with [PAD] [CLS] [SEP] [MASK] = 50257-50260, padded to 50,304: ",
+            16384: "tiktoken's GPT-2 BPE cut to its first 16,380 tokens (prepare_oscar.py --vocab_size=16384) with [PAD] "
+                   "[CLS] [SEP] [MASK] = 16380-16383: "}[vocab_size] in (tmp_path / "hf" / "README.md").read_text()
     texts = ["The cat [MASK] on the mat.", "  leading,  trailing  \n\n", "Ünïcödé — 日本語 \u2028 🤖 \u200b x",
-             "a [CLS] b [SEP] c [PAD] d<|endoftext|>e[MASK]", "tabs\tand\r\nCRLF  [MASK]\n[MASK]", "I'll've 1234567 x"]
+             "a [CLS] b [SEP] c [PAD] d<|endoftext|>e[MASK]", "tabs\tand\r\nCRLF  [MASK]\n[MASK]", "I'll've 1234567 x",
+             "def f(x):\n    return x ** 2  # squared, naïvely\n"]
     for text in texts:
-        assert tok(text)["input_ids"] == [sp["cls"], *encode_with_specials(text), sp["sep"]], text
+        assert tok(text)["input_ids"] == [sp["cls"], *encode_with_specials(text, vocab_size), sp["sep"]], text
     rows = [("A man is playing a guitar.", "Someone plays music — ünïcode.", 0)]  # a GLUE pair, as we encode it
-    ours = fg.encode(rows, 128)
+    ours = fg.encode(rows, 128, vocab_size)
+    assert ours["pad"] == sp["pad"] and max(ours["tok"][0]) < vocab_size
     theirs = tok(rows[0][0], rows[0][1])
     assert theirs["input_ids"] == ours["tok"][0].tolist()
     assert theirs["token_type_ids"] == [0] * ours["first"][0] + [1] * (ours["len"][0] - ours["first"][0])
@@ -189,7 +197,7 @@ def test_a_fine_tuned_classifier_exports_end_to_end(tmp_path):
     assert p.returncode == 0 and "BertForSequenceClassification" in p.stdout, p.stderr[-2000:]
     card = (tmp_path / "hf" / "README.md").read_text()
     assert "pipeline_tag: text-classification" in card and "| task | rte (GLUE), fine-tuned with finetune_glue.py, " \
-        "seed 1" in card and "| pre-training | 7 steps |" in card
+        "seed 1, dropout 0.1 (attention 0.1);" in card and "| pre-training | 7 steps |" in card
     kept = torch.load(tmp_path / "ft" / "rte_s1.pt", weights_only=True)
     assert kept["iter_num"] == 7
     ours = BertClassifier(BertConfig(**kept["model_args"]), 2)

@@ -370,3 +370,27 @@ def test_checkpoint_benchmark(tmp_path):
     assert b['target_95'] == pytest.approx(0.95 * b['final_score'])
     assert b['step_95'] == next(r['step'] for r in b['records'] if r['score'] >= b['target_95'])
     assert (out / 'step_0000300' / 'glue_results.json').exists()
+
+
+def test_fine_tuning_dropout_is_the_protocols(tmp_path):
+    """A checkpoint pre-trained with dropout 0 fine-tunes with the paper's 0.1 (hidden states, attention, classifier)
+    unless --dropout=-1 asks for its own; the record and the kept classifier say which."""
+    synthetic(tmp_path / 'glue', 32, 16)
+    ckpt = str(tmp_path / 'd0.pt')
+    torch.save({'model': Bert(BertConfig(**TINY)).state_dict(), 'model_args': {**TINY, 'dropout': 0.0},
+                'iter_num': 0}, ckpt)
+    cfg = fg.load_pretrained(ckpt)[0]
+    for dropout, want in ((0.1, 0.1), (-1, 0.0)):
+        out = tmp_path / f'out{dropout}'
+        p = run(f'--init_from={ckpt}', f'--data_dir={tmp_path / "glue"}', '--tasks=rte', '--seeds=1', '--epochs=1',
+                f'--out_dir={out}', '--save_models=True', *([] if dropout == 0.1 else [f'--dropout={dropout}']))
+        assert p.returncode == 0, p.stderr[-2000:]
+        protocol = json.loads((out / 'glue_results.json').read_text())['protocol']
+        assert (protocol['dropout'], protocol['attention_dropout']) == (want, want)
+        assert torch.load(out / 'rte_s1.pt', weights_only=True)['model_args']['dropout'] == want
+        model = fg.BertClassifier(fg.tuned(cfg, dropout), 2).train()  # in train mode, dropout changes each pass
+        x = torch.randint(0, 100, (2, 12))
+        assert (not torch.equal(model(x)[0], model(x)[0])) == (want > 0)
+    p = run(f'--init_from={ckpt}', f'--data_dir={tmp_path / "glue"}', '--tasks=rte', '--seeds=1', '--epochs=1',
+            f'--out_dir={tmp_path / "out0.1"}', '--dropout=-1')  # results of another dropout never mix
+    assert p.returncode == 1 and 'dropout, attention_dropout differ' in p.stderr

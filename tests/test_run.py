@@ -65,7 +65,7 @@ def test_the_same_finished_run_again_is_nothing_to_do(tmp_path):
         open_run(str(tmp_path / "stopped"), {**RUN, "target_loss": 3.9, "min_iters": 50}, set())
 
 
-def test_a_resume_takes_the_runs_own_settings_and_refuses_another_model(tmp_path):
+def test_a_resume_takes_the_runs_own_settings_and_refuses_another_model(tmp_path, capsys):
     save_run(tmp_path / "run", iter_num=40, seed=3, learning_rate=5e-4, dtype="bfloat16")
     config = {**RUN, "init_from": "resume", "max_iters": 200}
     ckpt, model_args, changed = open_run(str(tmp_path / "run"), config, {"init_from", "max_iters"})
@@ -80,9 +80,21 @@ def test_a_resume_takes_the_runs_own_settings_and_refuses_another_model(tmp_path
         config = {**RUN, "init_from": "resume", "device": device}
         open_run(str(tmp_path / "fp16"), config, {"init_from", "device"})
         assert config["dtype"] == dtype
-    with pytest.raises(SystemExit, match=r"another model: n_layer 2 \(checkpoint: 1\), attention_type 'original'"):
+    with pytest.raises(SystemExit, match=r"another model: --n_layer=2 \(the run's: 1\), --attention_type=original "
+                                         r"\(the run's: 'pairwise'\)\. To resume it: python train.py c.py "
+                                         r"--init_from=resume --max_iters=9; or start a new out_dir"):
         open_run(str(tmp_path / "run"), {**RUN, "init_from": "resume", "n_layer": 2, "attention_type": "original"},
-                 {"init_from", "n_layer", "attention_type"})
+                 {"init_from": "--init_from=resume", "n_layer": "--n_layer=2", "attention_type":
+                  "--attention_type=original", "max_iters": "--max_iters=9"},
+                 "train.py c.py --init_from=resume --n_layer=2 --max_iters=9 --attention_type=original")
+    # a config file's settings yield to the run's own (nanoGPT's convention), its model's too; the command line's
+    # model settings are refused, its others make another run
+    config = {**RUN, "init_from": "resume", "dropout": 0.1, "learning_rate": 1e-3, "seed": 4}
+    _, _, changed = open_run(str(tmp_path / "run"), config, {"dropout": "c.py", "learning_rate": "c.py",
+                                                             "seed": "--seed=4", "init_from": "--init_from=resume"})
+    assert (config["dropout"], config["learning_rate"], config["seed"]) == (0.0, 5e-4, 4) and changed == ["seed 3 -> 4"]
+    assert "resuming with the run's own settings: learning_rate 0.0005 (c.py: 0.001), dropout 0.0 (c.py: 0.1)" in \
+        capsys.readouterr().out
     config = {**RUN, "init_from": "resume"}  # nothing saved yet: a requeued `--init_from=resume` job starts the run
     assert open_run(str(tmp_path / "none"), config, {"init_from"})[0] is None and config["init_from"] == "scratch"
     save_run(tmp_path / "other", seed=9)

@@ -64,7 +64,7 @@ FAST = ["--compile=True", "--compile_optimizer=True", "--fused_qkv=True", "--fus
         "--attention_dropout=0.2"]
 
 
-@pytest.mark.parametrize("dtype,extra", [("float32", []), ("bfloat16", []), ("float32", HEAT), ("bfloat16", FAST)])
+@pytest.mark.parametrize("dtype,extra", [("float32", []), ("bfloat16", []), ("float32", HEAT), ("float32", FAST)])
 def test_exact_resume_after_sigterm(data_dir, tmp_path, dtype, extra):
     args = [*TINY, f"--dataset={data_dir}", "--max_iters=24", "--eval_interval=8", "--dropout=0.1", f"--dtype={dtype}",
             *extra]
@@ -299,12 +299,40 @@ def test_resume_refuses_another_architecture(data_dir, tmp_path):
     run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--max_iters=2", "--eval_interval=2")
     p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4",
                   "--attention_type=pairwise", "--n_layer=3", check=False)
-    one_line_error(p, "the settings ask for another model: n_layer 3 (checkpoint: 2), attention_type 'pairwise' "
-                      "(checkpoint: 'original')")
+    one_line_error(p, "the command line asks for another model: --n_layer=3 (the run's: 2), --attention_type=pairwise "
+                      "(the run's: 'original'). To resume it: python train.py --n_head=2")
     p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4",
                   "--qk_lr_scale=8.0", check=False)  # other parameter groups: the optimizer state cannot fit
     one_line_error(p, "resume with the run's own qk_lr_scale (1.0)")
     run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4")
+
+
+def test_the_data_decides_a_new_models_vocabulary(data_dir, tmp_path):
+    """Data of a smaller vocabulary (prepare_oscar.py --vocab_size=16384) makes a model of that vocabulary; resumed on
+    data of another, it is refused in one line; sample.py and finetune_glue.py tokenise with it (the full
+    vocabulary's [PAD] or [MASK] id would be past its embedding)."""
+    small, out = tmp_path / "small", tmp_path / "run"
+    p = run_script("prepare_oscar.py", f"--out_dir={small}", "--max_docs=300", "--val_docs=30", "--num_proc=1",
+                   "--vocab_size=16384")
+    assert p.returncode == 0, p.stderr[-2000:]
+    run_train(*TINY, f"--dataset={small}", f"--out_dir={out}", "--max_iters=2", "--eval_interval=2")
+    ck = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ck["model_args"]["vocab_size"] == 16384 and ck["model"]["encoder.wte.weight"].shape == (16384, 32)
+    p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4",
+                  check=False)
+    one_line_error(p, f"{data_dir} was made with a vocabulary of 50304 ids (prepare_oscar.py --vocab_size), the model "
+                      "has 16384: resume it on data of its own vocabulary")
+    p = run_script("sample.py", f"--init_from={out / 'ckpt.pt'}", "--text=The [MASK] of the list.", "--top_k=3")
+    assert p.returncode == 0 and "filled in: The" in p.stdout, p.stderr[-2000:]
+    glue = tmp_path / "glue" / "RTE"
+    glue.mkdir(parents=True)
+    for name in ("train.tsv", "dev.tsv"):
+        (glue / name).write_text("index\tsentence1\tsentence2\tlabel\n" + "".join(
+            f"{i}\tA dog runs in the park {i}.\tAn animal is outside.\t{'not_' * (i % 2)}entailment\n" for i in range(8)))
+    p = run_script("finetune_glue.py", f"--init_from={out / 'ckpt.pt'}", f"--data_dir={glue.parent}", "--tasks=rte",
+                   "--seeds=1", "--epochs=1", "--max_seq_len=32", "--device=cpu", "--dtype=float32",
+                   f"--out_dir={tmp_path / 'glue_out'}")
+    assert p.returncode == 0 and "rte seed 1: rte" in p.stdout, p.stderr[-2000:]
 
 
 @pytest.mark.parametrize("bad,msg", [("--mask_prob=0", "mask_prob must be in (0, 1)"),
@@ -347,6 +375,26 @@ def test_ctrl_c_during_start_up_is_one_line(data_dir, tmp_path, delay):  # `impo
     assert not os.path.exists(f"{tmp_path}/x/ckpt.pt")  # it did not go on to train
 
 
+def test_a_closed_output_stops_the_run_saved_and_quietly(data_dir, tmp_path):
+    """#72 cause 5: a stdout whose reader has gone (`train.py ... | head`) was a BrokenPipeError traceback, the run dead
+    with nothing saved. lib/interrupt.py takes it as SIGPIPE, for every script: the output dropped, the run stopped as
+    on a signal (saved first), no line (its reader has gone), exit 141; it resumes from there."""
+    out = tmp_path / "x"
+    p = subprocess.Popen([sys.executable, "train.py", *TINY, "--max_iters=100000", f"--dataset={data_dir}",
+                          f"--out_dir={out}"], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not p.stdout.readline().startswith("step 2:"):  # `| head`: it read a few lines, then went
+        pass
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
+    step = checkpoint.load_checkpoint(str(out / "ckpt.pt"))["iter_num"]
+    assert 2 < step < 100, step  # saved where it stopped, a few steps on
+    p = run_train(*TINY, "--max_iters=100000", f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume",
+                  f"--pause_at={step + 2}")
+    assert f"resuming {out}/ckpt.pt at step {step}" in p.stdout and f"paused at step {step + 2}" in p.stdout
+
+
 def test_help_lists_every_setting():
     p = subprocess.run([sys.executable, "train.py", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.startswith("usage: python train.py")
@@ -377,19 +425,28 @@ def test_a_failing_compiler_is_one_line_then_eager(data_dir, tmp_path):
 
 
 def test_resume_takes_the_runs_own_settings(data_dir, tmp_path):
-    """The hint a finished run prints: a higher --max_iters with --init_from=resume, no config file needed."""
-    cfg = tmp_path / "my.py"
+    """The hint a finished run prints: a higher --max_iters with --init_from=resume, no config file needed; and the
+    README's resume, the config file again: its settings yield to the run's own (made with overrides), while an
+    override that asks for another model is refused, naming it and the command that resumes."""
+    cfg, out = tmp_path / "my.py", str(tmp_path / "run")
     cfg.write_text(f'dataset = "{data_dir}"\nn_layer, n_head, n_embd, n_inner = 1, 2, 32, 64\nblock_size = 64\n'
                    'batch_size = 8\ngradient_accumulation_steps = 1\nlearning_rate = 1e-2\nwarmup_iters = 2\n'
                    'eval_interval = 2\neval_iters = 2\nlog_interval = 2\ncheckpoint_interval = 0\ncompile = False\n'
-                   'max_iters = 4\n')
-    out = str(tmp_path / "run")
-    run_train(str(cfg), f"--out_dir={out}")
+                   f'max_iters = 4\nout_dir = "{out}"\ndropout = 0.1\n')
+    run_train(str(cfg), "--learning_rate=5e-3", "--dropout=0.0")
     p = run_train(f"--out_dir={out}", "--init_from=resume", "--max_iters=6")  # train.py's defaults would be bert-base
     assert "resuming" in p.stdout and "max_iters 4 -> 6" in p.stdout and "done: step 6" in p.stdout
     ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
     assert ckpt["config"]["dataset"] == data_dir and ckpt["config"]["batch_size"] == 8 and ckpt["iter_num"] == 6
     assert [r["step"] for r in read_log(out, "eval")] == [0, 2, 4, 6]
+    p = run_train(str(cfg), "--init_from=resume", "--dropout=0.1", "--max_iters=8", check=False)
+    one_line_error(p, f"the command line asks for another model: --dropout=0.1 (the run's: 0.0). To resume it: python "
+                      f"train.py {cfg} --init_from=resume --max_iters=8; or start a new out_dir")
+    p = run_train(str(cfg), "--init_from=resume", "--max_iters=8")
+    assert f"own settings: dropout 0.0 ({cfg}: 0.1), learning_rate 0.005 ({cfg}: 0.01)" in p.stdout, p.stdout
+    assert "done: step 8" in p.stdout
+    ckpt = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
+    assert (ckpt["config"]["learning_rate"], ckpt["model_args"]["dropout"], ckpt["iter_num"]) == (5e-3, 0.0, 8)
 
 
 def test_a_constant_lr_run_extends_exactly(data_dir, tmp_path):

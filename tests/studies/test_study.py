@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, same
 from lib.files import lock_dir, unlock_dir
 from studies.jobs import read_record, unigram_loss
 from studies.stats import holm
@@ -230,4 +230,4 @@ def test_the_committed_summaries_are_what_the_committed_records_give(tmp_path, p
                         "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     with open(os.path.join(ROOT, "assets", committed)) as f:
-        assert json.loads((tmp_path / "s.json").read_text()) == json.load(f)
+        assert same(json.loads((tmp_path / "s.json").read_text()), json.load(f))

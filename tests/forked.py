@@ -1,0 +1,82 @@
+"""`python SCRIPT ARGS` for the tests, without paying for `import torch` each time: a fork server (the standard
+library's) that has imported torch, numpy and tiktoken forks a child per call, which then runs the script as
+`python` would: its own argv, cwd, environment, stdout and stderr, `__name__ == "__main__"`, the exit code of its
+SystemExit (a message: printed, exit 1), a traceback and exit 1 for any other exception, atexit handlers at the end.
+Nothing of the project is imported before the fork, so every call imports it afresh. What depends on a fresh
+interpreter (a signal while torch loads, Python's own start-up) is tested with a real subprocess instead."""
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+
+PRELOAD = ["torch", "numpy", "tiktoken"]
+_context = None
+
+
+def _child(argv, cwd, env, out, err):
+    """In the forked child: the script as `python argv...` would run it; never returns."""
+    import atexit
+    import runpy
+    import threading
+    import traceback
+    code = 1
+    try:
+        for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY), (2, err, os.O_WRONLY)):
+            os.dup2(os.open(path, mode), fd)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        import torch
+        torch.set_num_threads(int(env.get("OMP_NUM_THREADS") or os.cpu_count() or 1))  # read at its import, before
+        sys.argv = list(argv)
+        try:
+            if argv[0] == "-c":
+                sys.argv = ["-c", *argv[2:]]
+                sys.path[0] = ""
+                exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+            else:
+                sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+                runpy.run_path(argv[0], run_name="__main__")
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+            if not isinstance(e.code, int) and e.code is not None:
+                print(e.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+        threading._shutdown()  # what Python's own exit does: wait for the script's threads, then atexit
+        atexit._run_exitfuncs()
+    finally:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:  # a closed or broken stream: nothing more to say
+                pass
+        os._exit(code)
+
+
+def run(argv, cwd, env, timeout):
+    """subprocess.run([python, *argv], cwd, env, capture_output=True, text=True, timeout) through the fork server."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+    base = os.path.join(env.get("TMPDIR") or "/tmp", f"forked-{os.getpid()}-{time.monotonic_ns()}")
+    out, err = base + ".out", base + ".err"
+    try:
+        for path in (out, err):
+            open(path, "w").close()
+        p = _context.Process(target=_child, args=(list(argv), cwd, dict(env), out, err))
+        p.start()
+        p.join(timeout)
+        if p.exitcode is None:
+            p.kill()
+            p.join()
+            raise subprocess.TimeoutExpired([sys.executable, *argv], timeout)
+        with open(out, errors="replace") as fo, open(err, errors="replace") as fe:
+            return subprocess.CompletedProcess([sys.executable, *argv], p.exitcode, fo.read(), fe.read())
+    finally:
+        for path in (out, err):
+            if os.path.exists(path):
+                os.remove(path)
