@@ -52,7 +52,7 @@ def own_caches(tmp_path_factory):
     """Every file the code under test writes, in this process and in the scripts it runs, goes under the suite's
     temporary folder (pytest.ini removes it), never the user's home or tiktoken's cache; torch.compile's kernels and
     matplotlib's font list, slow to make again, are kept in one folder of their own, /tmp/symmetric-bert-tests
-    (~200 MB), never /tmp/torchinductor_<user>. Yields the user's own values."""
+    (~25 MB), never /tmp/torchinductor_<user>. Yields the user's own values."""
     root, before = tmp_path_factory.mktemp("caches"), {k: os.environ.get(k) for k in CACHES}
     kept = os.path.join(before["TMPDIR"] or "/tmp", "symmetric-bert-tests")
     for k, sub in CACHES.items():

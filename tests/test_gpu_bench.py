@@ -81,11 +81,12 @@ def test_the_gpu_rows_are_valid_bench_rows():
 def test_a_part_past_its_timeout_still_reports_the_rows_it_built(tmp_path):
     """The part's timeout (SIGTERM) stops bench.py's building; the shell waits, the rows built are timed and written,
     the summary says FAIL (timeout) with the figures and names the part to run again."""
-    p = gpu_bench("--dry", "--parts=1", env={"OUT": str(tmp_path), "GPU_BENCH_TIMEOUTS": "20,100,100,100",
-                                             "GPU_BENCH_EXTRA": "--warmup=300"})  # building takes > 20 s then
+    p = gpu_bench("--dry", "--parts=1", env={"OUT": str(tmp_path), "GPU_BENCH_TIMEOUTS": "60,100,100,100",
+                                             "GPU_BENCH_EXTRA": "--warmup=600"})  # building takes > 60 s then
+    # (~15 s a row on an idle 2-core CPU; 60 s leaves a loaded one time to start and build the first)
     summary = p.stdout.split("== summary")[1].splitlines()[1:]
     assert p.returncode == 1 and summary[0].startswith("1 bert-base seq 512 batch 32: HF, baseline, levers, profile: "
-                                                       "FAIL (timeout 20s) in "), summary
+                                                       "FAIL (timeout 60s) in "), summary
     assert summary[1] == "again: bash tests/gpu_bench.sh --parts=1 --dry"
     run = json.loads((tmp_path / "base512.json").read_text())  # written after the SIGTERM
     assert run["rows"] and all(r["ms_per_step"] > 0 for r in run["rows"])

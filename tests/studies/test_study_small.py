@@ -534,7 +534,7 @@ def test_a_clone_of_one_commit_runs_the_jobs(tmp_path):
     sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     work = tmp_path / "w"
     args = ["studies/study_small.py", "--dry=True", f"--work={work}", "--clone=True", "--phase=pilot",
-            "--budget_s=1", "--stop_s=1", f"--out_dir={work}/runs"]
+            "--budget_s=1", "--stop_s=120", f"--out_dir={work}/runs"]
     p = subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True, timeout=300)
     assert f"running from {work}/runs/code/{sha[:12]} (commit {sha[:12]})" in p.stdout, p.stdout + p.stderr
     assert "left for the next run: pilot_lr1e-3_s1" in p.stdout and (work / "out" / "study_small.log").exists()
