@@ -298,7 +298,6 @@ def open_run(out_dir, config, given, who="train.py"):
     - nothing to do: NothingToDo, when the run asked for is there, finished.
     - refused (SystemExit, one line, nothing touched): another run is there; this run is there unfinished but a new
       start was asked for; the checkpoint is not the log's run; a resume asks for another model."""
-    given = given if isinstance(given, dict) else {k: f"--{k}" for k in given}  # a set: the command line's keys
     ckpt_path = os.path.join(out_dir, "ckpt.pt")
     model_keys = [f.name for f in dataclasses.fields(BertConfig) if f.name in config]
     head = log_head(os.path.join(out_dir, "log.jsonl"))  # the run this folder's log belongs to (None: unknown)
@@ -322,15 +321,16 @@ def open_run(out_dir, config, given, who="train.py"):
         ckpt["run_id"] = ckpt.get("run_id") or head and head.get("run_id")  # an old checkpoint: the log's id
         model_args = ckpt["model_args"]  # the checkpoint decides the architecture
         model_of = lambda k: model_args.get(k, BertConfig.__dataclass_fields__[k].default)
-        clash = [k for k in model_keys if given.get(k, "").startswith("--") and config[k] != model_of(k)]
+        cli = {k for k, where in given.items() if where.startswith("--")}  # the command line's, not a file's
+        clash = [k for k in model_keys if k in cli and config[k] != model_of(k)]
         if clash:
             again = " ".join(["python", *(a for a in who.split() if a.split("=")[0][2:] not in clash)]
                              + ([] if "init_from" in given else ["--init_from=resume"]))
             raise SystemExit(f"train: resuming {ckpt_path}, but the command line asks for another model: " + ", ".join(
                 f"{given[k]} (the run's: {model_of(k)!r})" for k in clash) + f". To resume it: {again}; or start "
                 "a new out_dir")
-        ours = {k: v for k, v in ckpt["config"].items() if k in config and k not in MACHINE_KEYS
-                and not given.get(k, "").startswith("--")}  # a config file's values yield to the run's own
+        ours = {k: v for k, v in ckpt["config"].items() if k in config and k not in cli | set(MACHINE_KEYS)}
+        # a config file's values yield to the run's own
         if yield_ := [f"{k} {v!r} ({given[k]}: {config[k]!r})" for k, v in ours.items() if k in given and config[k] != v]:
             print(f"resuming with the run's own settings: {', '.join(yield_)}", flush=True)
         config.update(ours)

@@ -16,6 +16,10 @@ RUN = dict(init_from="scratch", out_dir="out", device="cpu", dtype="auto", compi
            max_iters=100, target_loss=0.0, min_iters=0, decay_lr=False, **MODEL)
 
 
+def cli(*keys):  # settings given on the command line, as configure() records them
+    return {k: f"--{k}" for k in keys}
+
+
 def save_run(folder, iter_num=100, eval_loss=None, **changes):
     """A full checkpoint as train.py writes it, of a run with RUN's settings plus changes."""
     config = {**RUN, **changes}
@@ -38,47 +42,47 @@ def test_run_changes_ignores_where_a_run_is_made_and_where_it_ends():
 
 
 def test_a_new_run_needs_a_folder_without_another_run(tmp_path):
-    ckpt, model_args, changed = open_run(str(tmp_path / "new"), dict(RUN), set())
+    ckpt, model_args, changed = open_run(str(tmp_path / "new"), dict(RUN), {})
     assert ckpt is None and changed == [] and model_args["attention_type"] == "pairwise"
     (tmp_path / "logged").mkdir()
     (tmp_path / "logged" / "log.jsonl").write_text("")
     with pytest.raises(SystemExit, match=r"holds another run \(log.jsonl\)"):
-        open_run(str(tmp_path / "logged"), dict(RUN), set())
+        open_run(str(tmp_path / "logged"), dict(RUN), {})
     save_run(tmp_path / "other", seed=7)
     with pytest.raises(SystemExit, match=r"holds another run \(ckpt.pt\).*--init_from=resume"):
-        open_run(str(tmp_path / "other"), dict(RUN), set())
+        open_run(str(tmp_path / "other"), dict(RUN), {})
     save_run(tmp_path / "short", iter_num=50)  # the same settings, not finished: to be resumed, not restarted
     with pytest.raises(SystemExit, match="holds this run, saved at step 50: continue it with --init_from=resume"):
-        open_run(str(tmp_path / "short"), dict(RUN), set())
+        open_run(str(tmp_path / "short"), dict(RUN), {})
     with pytest.raises(SystemExit, match="n_embd"):  # an impossible model: one line
-        open_run(str(tmp_path / "bad"), {**RUN, "n_embd": 15}, set())
+        open_run(str(tmp_path / "bad"), {**RUN, "n_embd": 15}, {})
 
 
 def test_the_same_finished_run_again_is_nothing_to_do(tmp_path):
     save_run(tmp_path / "done")
     with pytest.raises(NothingToDo, match="already holds this run, finished at step 100"):  # train.py: exit 0
-        open_run(str(tmp_path / "done"), {**RUN, "device": "cuda", "compile": False}, set())
+        open_run(str(tmp_path / "done"), {**RUN, "device": "cuda", "compile": False}, {})
     save_run(tmp_path / "stopped", iter_num=60, eval_loss=4.0, target_loss=4.2, min_iters=50)  # met its target
     with pytest.raises(NothingToDo, match="--target_loss=0"):  # how to go on past it
-        open_run(str(tmp_path / "stopped"), {**RUN, "target_loss": 4.2, "min_iters": 50}, set())
+        open_run(str(tmp_path / "stopped"), {**RUN, "target_loss": 4.2, "min_iters": 50}, {})
     with pytest.raises(SystemExit, match="holds this run, saved at step 60"):  # a lower target is not met yet
-        open_run(str(tmp_path / "stopped"), {**RUN, "target_loss": 3.9, "min_iters": 50}, set())
+        open_run(str(tmp_path / "stopped"), {**RUN, "target_loss": 3.9, "min_iters": 50}, {})
 
 
 def test_a_resume_takes_the_runs_own_settings_and_refuses_another_model(tmp_path, capsys):
     save_run(tmp_path / "run", iter_num=40, seed=3, learning_rate=5e-4, dtype="bfloat16")
     config = {**RUN, "init_from": "resume", "max_iters": 200}
-    ckpt, model_args, changed = open_run(str(tmp_path / "run"), config, {"init_from", "max_iters"})
+    ckpt, model_args, changed = open_run(str(tmp_path / "run"), config, cli("init_from", "max_iters"))
     assert ckpt["iter_num"] == 40 and changed == []  # constant lr: extending it is an exact continuation
     assert config["seed"] == 3 and config["learning_rate"] == 5e-4 and config["max_iters"] == 200
     assert config["dtype"] == "bfloat16"  # its precision, unless asked otherwise
     config = {**RUN, "init_from": "resume", "learning_rate": 1e-4, "dtype": "float32"}
-    _, _, changed = open_run(str(tmp_path / "run"), config, {"init_from", "learning_rate", "dtype"})
+    _, _, changed = open_run(str(tmp_path / "run"), config, cli("init_from", "learning_rate", "dtype"))
     assert changed == ["learning_rate 0.0005 -> 0.0001"] and config["dtype"] == "float32"
     save_run(tmp_path / "fp16", iter_num=40, dtype="float16")
     for device, dtype in (("cpu", "auto"), ("cuda", "float16")):  # fp16 goes on on a GPU only
         config = {**RUN, "init_from": "resume", "device": device}
-        open_run(str(tmp_path / "fp16"), config, {"init_from", "device"})
+        open_run(str(tmp_path / "fp16"), config, cli("init_from", "device"))
         assert config["dtype"] == dtype
     with pytest.raises(SystemExit, match=r"another model: --n_layer=2 \(the run's: 1\), --attention_type=original "
                                          r"\(the run's: 'pairwise'\)\. To resume it: python train.py c.py "
@@ -96,12 +100,12 @@ def test_a_resume_takes_the_runs_own_settings_and_refuses_another_model(tmp_path
     assert "resuming with the run's own settings: learning_rate 0.0005 (c.py: 0.001), dropout 0.0 (c.py: 0.1)" in \
         capsys.readouterr().out
     config = {**RUN, "init_from": "resume"}  # nothing saved yet: a requeued `--init_from=resume` job starts the run
-    assert open_run(str(tmp_path / "none"), config, {"init_from"})[0] is None and config["init_from"] == "scratch"
+    assert open_run(str(tmp_path / "none"), config, cli("init_from"))[0] is None and config["init_from"] == "scratch"
     save_run(tmp_path / "other", seed=9)
     os.remove(tmp_path / "other" / "ckpt.pt")
     (tmp_path / "other" / "log.jsonl").write_text('{"type": "eval", "step": 5, "loss": 3.0}\n')  # another run's
     with pytest.raises(SystemExit, match="no checkpoint"):
-        open_run(str(tmp_path / "other"), {**RUN, "init_from": "resume"}, {"init_from"})
+        open_run(str(tmp_path / "other"), {**RUN, "init_from": "resume"}, cli("init_from"))
 
 
 def test_locked_releases_its_folder(tmp_path):
