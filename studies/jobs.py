@@ -118,7 +118,7 @@ KINDS = {'a finite number': lambda v: type(v) in (int, float) and math.isfinite(
          'a whole number >= 1': lambda v: type(v) is int and v >= 1,
          'a string': lambda v: isinstance(v, str), 'a string or null': lambda v: v is None or isinstance(v, str),
          'an object': lambda v: isinstance(v, dict),
-         '"config"': lambda v: v == 'config', '"eval"': lambda v: v == 'eval'}
+         '"config"': lambda v: v == 'config', '"eval"': lambda v: v == 'eval', '"probe.py"': lambda v: v == 'probe.py'}
 NUMBER, STEP = 'a finite number', 'a step (a whole number >= 0)'
 RECORD_HEAD = {'type': '"config"', 'config': 'an object', 'unigram_loss': NUMBER,  # a pre-training record's line 1
                'run_id?': 'a string or null'}
@@ -129,6 +129,8 @@ GLUE_RECORD = {'request': {'*': 'a string'}, 'protocol?': NAMED,
                'runs': {'*': {'*': {'dev': {'*': {'score': NUMBER}}}}}}
 BENCHMARK_RECORD = {'request': {'*': 'a string'}, 'step_95': 'a step or null', 'final_score': NUMBER,
                     'records': [{'step': STEP, 'score': NUMBER, 'numbers': {'*': NUMBER}} | NAMED]}
+PROBE_RECORD = {'script': '"probe.py"', 'stsb_cosine': NUMBER, 'sst2_logreg': NUMBER, 'stsb_jaccard': NUMBER,
+                'mrpc_majority': {'score': NUMBER}, 'rte_majority': {'accuracy': NUMBER}}  # probe.py's result
 STEP_TIMES = {'ms_per_step': {'*': 'a number > 0'}}  # bench.py --json
 BASE_CONFIG = {k: 'a whole number >= 1' for k in ('max_iters', 'block_size', 'batch_size', 'eval_iters',
                                                   'eval_interval')} | {'dataset': 'a string'}

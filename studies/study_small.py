@@ -52,13 +52,14 @@ import numpy as np
 
 from configurator import check, comma_list, configure, oneline, read_file, script_defaults
 from finetune_glue import TASKS, damaged, read_tsv, tsv_files
+from probe import TASKS as PROBE_TASKS
 from lib.dataloader import dataset_dir, fingerprint, load_dataset
 from lib.files import atomic_write, copy_file, read_json, read_tar, tar_writer, write_json
 from lib.run import log_head
 import plot
 from plot import first_step_below, read_evals
-from studies.jobs import (ROOT, Job, clone_at, cpu_name, differ, read_record, run_jobs, same_request, unigram_loss,
-                          write_record)
+from studies.jobs import (PROBE_RECORD, ROOT, Job, clone_at, cpu_name, differ, read_checked, read_record, run_jobs,
+                          same_request, unigram_loss, write_record)
 from studies.stats import holm, line_fit, t_quantile
 from studies.study_glue import ARMS, compare, glue4, write_glue_record
 from studies import study_glue
@@ -90,6 +91,10 @@ points = '25M,75M,150M,300M'  # tokens seen by the snapshots fine-tuned: multipl
 calib_tasks = ''  # the tasks of every snapshot's fine-tunes but the last one's ('' = tasks; the last and the untrained
                   # model get tasks)
 init_own_lr = False  # the untrained model fine-tuned also at its own best lr of the pilot's (on calib_tasks)
+corpora = ''  # more corpora (data folders of data_dir's vocabulary), each pre-trained and fine-tuned as data_dir's
+              # (calib_<folder>_s<seed>), against the same untrained model: the corpus is the one factor changed
+probes = False  # every model point (the untrained model, each snapshot) also probed frozen (probe.py): STS-B cosine,
+                # SST-2 logistic regression, and the trivial baselines beside them
 seed = 1  # the pilot's and the calibration's pre-training seed
 # the comparison (its plan is fixed after the calibration: docs/study_small.md)
 arms = 'original,symmetric,pairwise'  # a comma list of studies/study_glue.py's ARMS
@@ -133,6 +138,9 @@ TIMES = {'gpu': {'fixed_cold': 90.0, 'fixed_warm': 40.0, 'tokens_per_s': 2.0e6, 
          # on an Intel Xeon without bf16: ~3,500 tokens/s), a fine-tune per task, as the tasks of a job differ there
          'laptop': {'fixed_cold': 60.0, 'fixed_warm': 40.0, 'tokens_per_s': 3500.0, 'end': 5.0, 'init': 20.0,
                     'glue': 0.0, 'glue_sst2': 450.0, 'glue_stsb': 350.0, 'glue_mrpc': 240.0, 'glue_rte': 210.0}}
+for _t, _p in zip(TIMES.values(), (30.0, 10.0, 120.0)):
+    _t['probe'] = _p  # probe.py of one model: ~1.5 minutes on 2 cores, nearly all of it SST-2's 67,349 sentences
+FOLLOW = ('glue', 'probe')  # the kinds of job that take a pre-training's model
 DRY = {  # what --dry sets, unless given
     'train_args': '--device=cpu --dtype=float32 --compile=False --n_layer=1 --n_head=2 --n_embd=32 --n_inner=64 '
                   '--batch_size=4 --eval_iters=2 --eval_interval=2 --log_interval=2',
@@ -172,7 +180,7 @@ def token_tag(n):
 class Step(NamedTuple):
     """One job: a pre-training (train.py; kind 'init': the untrained model, max_iters=0, evaluated and saved) or the
     GLUE-4 fine-tunes of one model with one seed (finetune_glue.py)."""
-    kind: str  # pretrain, init or glue
+    kind: str  # pretrain, init, glue or probe (probe.py of a model point)
     name: str  # its record's name
     cmd: list  # its settings: train.py's (the config file first) or finetune_glue.py's, as --key=value
     folder: str  # its working folder
@@ -183,6 +191,7 @@ class Step(NamedTuple):
     model: str = ''  # glue: the checkpoint it fine-tunes
     tasks: str = ''  # glue: its tasks
     of: str = ''  # glue: the name of the model it fine-tunes
+    data: str = ''  # pretrain, init: its data folder ('' = data_dir)
 
 
 def base_config():
@@ -195,13 +204,31 @@ def tokens_per_step(cfg):
     return cfg['batch_size'] * cfg['block_size'] * cfg['gradient_accumulation_steps']
 
 
-def pretraining(name, cfg, extra, max_iters):
-    """A train.py run of the base config with `extra` settings, ending at max_iters (0: the untrained model)."""
-    data = [] if dataset_dir(cfg['dataset']) == data_dir else [f'--dataset={data_dir}']
+def pretraining(name, cfg, extra, max_iters, data=''):
+    """A train.py run of the base config with `extra` settings, ending at max_iters (0: the untrained model), on the
+    corpus in `data` ('' = data_dir)."""
+    data = data or data_dir
+    flag = [] if dataset_dir(cfg['dataset']) == data else [f'--dataset={data}']
     ends = [f'--max_iters={max_iters}', f'--warmup_iters={round(0.05 * max_iters)}']  # the paper's 10,000 / 200,000
-    return Step('pretrain' if max_iters else 'init', name, [base, *train_args.split(), *data, *extra, *ends],
+    return Step('pretrain' if max_iters else 'init', name, [base, *train_args.split(), *flag, *extra, *ends],
                 os.path.join(out_dir, name), os.path.join(records, name + '.jsonl'), max_iters,
-                max_iters * tokens_per_step(cfg))
+                max_iters * tokens_per_step(cfg), data=data)
+
+
+def model_point(pre, cfg, snapshot=0):
+    """(name, checkpoint path, step) of a pre-training's final model, or of its snapshot at step `snapshot`."""
+    if not snapshot:
+        return pre.name, os.path.join(pre.folder, 'ckpt.pt'), pre.step
+    return (f"{pre.name}_t{token_tag(snapshot * tokens_per_step(cfg))}",
+            os.path.join(pre.folder, 'snapshots', f'ckpt_{snapshot:07d}.pt'), snapshot)
+
+
+def probe_step(pre, cfg, snapshot=0):
+    """probe.py of a pre-training's final model or of its snapshot: one job, seconds to minutes."""
+    model, path, step = model_point(pre, cfg, snapshot)
+    return Step('probe', f"{model}.probe", [], os.path.join(out_dir, f"{model}.probe"),
+                os.path.join(records, f"{model}.probe.json"), step, step * tokens_per_step(cfg), owner=pre.name,
+                model=path, of=model)
 
 
 def init_step(cfg, sd):
@@ -212,13 +239,10 @@ def init_step(cfg, sd):
 def finetunes(pre, lr, ft_seeds, cfg, snapshot=0, on=None):
     """The fine-tunes (on the tasks `on`, else GLUE-4's) of a pre-training's final model, or of its snapshot at step
     `snapshot`: one per seed."""
-    step, whole = snapshot or pre.step, set((on or tasks).split(',')) == set(tasks.split(','))
+    (model, path, step), whole = model_point(pre, cfg, snapshot), set((on or tasks).split(',')) == set(tasks.split(','))
     # a model's tasks may come in several jobs, named by their tasks in one order (Table 3's, every committed name's);
     # all of them: 'glue', run in the order of --tasks (done() compares a record's tasks as a set)
     on = tasks if whole else ','.join(sorted(on.split(','), key=list(TASKS).index))
-    model = f"{pre.name}_t{token_tag(step * tokens_per_step(cfg))}" if snapshot else pre.name
-    path = os.path.join(pre.folder, 'snapshots', f'ckpt_{step:07d}.pt') if snapshot else \
-        os.path.join(pre.folder, 'ckpt.pt')
     out, tag = [], 'glue' if whole else '+'.join(on.split(','))
     for ft in ft_seeds:
         name = f"{model}.{tag}_lr{lr_tag(lr)}_s{ft}"
@@ -323,21 +347,30 @@ def plan(cfg, recs, which):
     g_lr = glue_lr or g_lr
     if not (rec and g_lr):
         return None, "waits for the pilot's records (--phase=pilot), or set --learning_rate and --glue_lr"
-    if which == 'calibration':
+    if which == 'calibration':  # data_dir's run and the untrained model, then each of the other corpora's run
         snaps = calibration_points(cfg)
-        pre = pretraining(f"calib_s{seed}", cfg, ['--attention_type=original', *rec,
-                                                  f'--checkpoint_interval={snaps[0]}', f'--seed={seed}'], snaps[-1])
+        runs = [pretraining(f"calib{corpus_tag(d)}_s{seed}", cfg, ['--attention_type=original', *rec,
+                                                                    f'--checkpoint_interval={snaps[0]}',
+                                                                    f'--seed={seed}'], snaps[-1], d)
+                for d in ['', *filter(None, corpora.split(','))]]
         init = init_step(cfg, seed)
         own = finetunes(init, g_init, g_seeds, cfg, on=calib_tasks) if init_own_lr and g_init not in (None, g_lr) \
             else []
-        return [pre, init] + split_finetunes(init, g_lr, g_seeds, cfg, on=calib_tasks) + own + [
-            s for st in snaps for s in (split_finetunes if st == snaps[-1] else finetunes)(
-                pre, g_lr, g_seeds, cfg, snapshot=st, on=calib_tasks)]
+        of = lambda pre: [s for st in snaps for s in (split_finetunes if st == snaps[-1] else finetunes)(
+            pre, g_lr, g_seeds, cfg, snapshot=st, on=calib_tasks)] + (
+            [probe_step(pre, cfg, st) for st in snaps] if probes else [])
+        return [runs[0], init] + split_finetunes(init, g_lr, g_seeds, cfg, on=calib_tasks) + own + (
+            [probe_step(init, cfg)] if probes else []) + of(runs[0]) + [s for p in runs[1:] for s in [p] + of(p)]
     n = max(1, round(count(tokens) / tokens_per_step(cfg) / cfg['eval_interval'])) * cfg['eval_interval']
     pres = [init_step(cfg, sd) if arm == 'untrained' else pretraining(f"{arm}_s{sd}", cfg, [
         *ARMS[arm][1], *rec, '--checkpoint_interval=0', f'--seed={sd}'], n)
         for sd in seeds.split(',') for arm in arms.split(',')]
     return pres + [s for p in pres for s in finetunes(p, g_lr, g_seeds, cfg)]
+
+
+def corpus_tag(folder):
+    """'' for data_dir; '_<its folder name>' for another corpus (calib_english-glue-0p5_s1)."""
+    return '' if not folder else '_' + re.sub(r'[^A-Za-z0-9-]', 'p', os.path.basename(os.path.normpath(folder)))
 
 
 def arm_of(name):
@@ -370,6 +403,11 @@ def read_json_record(path, shown=None):
         raise SystemExit(f"{WHO}: {e}".replace(path, shown))
     if path.endswith('.diverged.json'):  # only a pilot pre-training can diverge and be a result (diverged())
         ok = isinstance(r, dict) and isinstance(r.get('message'), str) and os.path.basename(path).startswith('pilot_')
+    elif path.endswith('.probe.json'):  # probe.py's result: the field that does not fit, named
+        try:
+            return read_checked(path, PROBE_RECORD, WHO)
+        except SystemExit as e:
+            raise SystemExit(str(e).replace(path, shown))
     else:
         ok = isinstance(r, dict) and isinstance(r.get('request'), dict) and isinstance(r.get('runs'), dict) and \
             all(t in TASKS for t in r['runs']) and not damaged(r['runs'])
@@ -382,6 +420,8 @@ def read_json_record(path, shown=None):
 def done(s, recs):
     """The step's record is there, and of these settings (another one is refused: nothing is overwritten)."""
     r = recs.get(s.name)
+    if s.kind == 'probe':  # probe.py has no settings of the study's: its record is the result
+        return r is not None
     if s.kind != 'glue':
         if s.name + '.diverged' in recs:
             return True
@@ -472,8 +512,10 @@ def estimates(recs, device):
     rates = [x['tokens_per_s'] for x in pre if x.get('tokens_per_s')]
     t['tokens_per_s'] = min(rates) if rates else t['tokens_per_s']
     t['init'] = max([x['job_s'] for x in pre if x['init']] or [t['init']])
-    fts = [r for r in recs.values() if isinstance(r, dict) and r.get('gpu') == device['name'] and 'job_s' in r]
+    mine = [r for r in recs.values() if isinstance(r, dict) and r.get('gpu') == device['name'] and 'job_s' in r]
+    fts = [r for r in mine if isinstance(r.get('runs'), dict)]
     t['glue'] = max([r['job_s'] for r in fts] or [t['glue']])
+    t['probe'] = max([r['job_s'] for r in mine if r.get('script') == 'probe.py'] or [t['probe']])
     for k in [k for k in t if k.startswith('glue_')]:  # per task: each fine-tune's own seconds
         t[k] = max([x['seconds'] for r in fts for x in r['runs'].get(k[5:], {}).values() if 'seconds' in x] or [t[k]])
     return t
@@ -520,26 +562,26 @@ class Runner:
     def may_start(self, job, running):
         s, now = self.steps[job.name], time.monotonic() - T0
         busy = lambda *kinds: [n for n in running if self.steps[n].kind in kinds]
-        if s.kind == 'glue':
+        if s.kind in FOLLOW:
             if s.owner in self.dropped:
                 return self.drop(s, f"{s.owner} did not run")
             if not model_ready(s):  # its pre-training runs in this round: wait for it (paused: the next round)
                 return False if s.owner in self.paused else None if s.owner in self.round and \
                     s.owner not in self.finished else self.drop(s, "its model is missing")
-            if len(busy('glue')) >= jobs:
+            if len(busy(*FOLLOW)) >= jobs:
                 return None
         if s.kind == 'pretrain' and busy('pretrain') or not self.overlap and (
-                s.kind == 'pretrain' and busy('glue') or s.kind == 'glue' and busy('pretrain')):
+                s.kind == 'pretrain' and busy(*FOLLOW) or s.kind in FOLLOW and busy('pretrain')):
             return None  # one pre-training at a time; without overlap no fine-tune beside it (init: one eval, any time)
         cold = self.compile and not self.compiled and s.kind == 'pretrain'
         est, tail = estimate(s, self.t, cold), 0.0
         if s.kind == 'pretrain' and device == 'cuda':  # no model comes back from the GPU machine: the fine-tunes of
             # its final model follow it; without overlap, every pending one
-            after = [x for x in self.steps.values() if x.kind == 'glue' and x.name not in self.started and
+            after = [x for x in self.steps.values() if x.kind in FOLLOW and x.name not in self.started and
                      x.name not in self.dropped and x.owner not in self.dropped and
                      (x.owner == s.name and (not self.overlap or x.step == s.step) or
                       not self.overlap and x.owner in self.finished)]
-            tail = math.ceil(len(after) / jobs) * estimate(after[0], self.t, False) if after else 0.0
+            tail = math.ceil(len(after) / jobs) * max(estimate(x, self.t, False) for x in after) if after else 0.0
         need = est + tail
         if s.kind == 'pretrain' and device == 'cpu':  # its checkpoint stays here: a run longer than a call starts if
             need = min(need, time_scale * (self.t['fixed_warm'] + MIN_CPU_S))  # some training fits (cut, resumed)
@@ -565,6 +607,12 @@ class Runner:
                      step=s.step, tokens=s.tokens, pretrained_by=self.made.get(s.owner, s.owner))
             write_json(s.record, r)
             path = s.record
+        elif s.kind == 'probe':
+            r = read_json(os.path.join(s.folder, 'probe.json'), f'{WHO} probe result')
+            r.update(gpu=self.device['name'], job_s=job_s, model=s.of, step=s.step, tokens=s.tokens,
+                     pretrained_by=self.made.get(s.owner, s.owner))
+            write_json(s.record, r)
+            path = s.record
         else:
             path, paused = s.record, trained(s) < s.step
             if s.name in self.recs:  # made again for its missing fine-tunes: the first record stays; a rerun
@@ -579,11 +627,11 @@ class Runner:
                 self.paused.add(s.name)
                 return f"paused at step {trained(s)} for its snapshot's fine-tunes ({job_s:.0f} s)"
             self.made[s.name] = os.path.basename(path)[:-len('.jsonl')]  # a rerun's record: at each pause too, so
-            write_record(path, s.folder, ' '.join(['python train.py', *s.cmd]), self.u)  # its fine-tunes name it
-            add_to_head(path, {'gpu': self.device['name'], 'data': self.data,
+            write_record(path, s.folder, ' '.join(['python train.py', *s.cmd]), self.u[s.data])  # its fine-tunes
+            add_to_head(path, {'gpu': self.device['name'], 'data': self.data[s.data],  # name it
                                'timing': run_timing(s, start, job_s, cold),
                                **({'threads': self.device['threads']} if 'threads' in self.device else {})})
-        paused = s.kind != 'glue' and paused
+        paused = s.kind not in FOLLOW and paused
         (self.paused if paused else self.finished).add(s.name)  # a pause ends when it starts again (may_start)
         self.written += [path] if path not in self.written else []
         bundle(self.written, [x for x in self.steps.values() if x.name in self.started])
@@ -653,6 +701,9 @@ def bundle(written, started):
 
 
 def command(s, todo):
+    if s.kind == 'probe':
+        return ['probe.py', f'--init_from={s.model}', f'--out_dir={s.folder}', f'--data_dir={glue_dir}',
+                f"--device={'cpu' if dry else device}"]
     if s.kind == 'glue':
         return ['finetune_glue.py', f'--init_from={s.model}', *s.cmd, f'--out_dir={s.folder}/glue',
                 f'--data_dir={glue_dir}']
@@ -677,7 +728,7 @@ def to_run(steps, recs, runner):
     """The steps whose records are missing and that this run has not left out; first, a recorded pre-training whose
     fine-tunes are missing and whose model is not here (a fresh GPU machine) is made again."""
     todo = [s for s in steps if not done(s, recs) and s.name not in runner.dropped]
-    again = [p for p in steps if p.kind != 'glue' and p not in todo and p.name not in runner.finished and
+    again = [p for p in steps if p.kind not in FOLLOW and p not in todo and p.name not in runner.finished and
              p.name not in runner.dropped and any(s.owner == p.name and not model_ready(s) for s in todo)]
     return again + todo
 
@@ -808,9 +859,14 @@ def ensure_data(cfg):
           flush=True)
 
 
+def glue_tasks():
+    """The tasks whose GLUE files the jobs read: GLUE-4's, and with probes probe.py's four (its baselines)."""
+    return list(dict.fromkeys(tasks.split(',') + (list(PROBE_TASKS) if probes else [])))
+
+
 def check_glue():
-    """Every GLUE-4 file there and readable, now rather than in the fine-tunes."""
-    missing = [p for t in tasks.split(',') for p in tsv_files(t, glue_dir).values() if not os.path.isfile(p)]
+    """Every GLUE file the jobs read there and readable, now rather than in the fine-tunes."""
+    missing = [p for t in glue_tasks() for p in tsv_files(t, glue_dir).values() if not os.path.isfile(p)]
     if missing:
         raise SystemExit(f"{WHO}: missing GLUE files: {', '.join(missing)}; make {carry}/glue with --prepare=True "
                          "--glue_dir=<GLUE folder> (docs/study_small.md)")
@@ -819,8 +875,8 @@ def check_glue():
 
 
 def read_glue(folder):
-    """(task, path) of every GLUE-4 TSV file in folder, each read once: a malformed one is one line."""
-    for t in tasks.split(','):
+    """(task, path) of every GLUE TSV file of the jobs in folder, each read once: a malformed one is one line."""
+    for t in glue_tasks():
         for p in tsv_files(t, folder).values():
             try:
                 read_tsv(p, t)
@@ -909,7 +965,7 @@ def print_prediction(cfg):
     if isinstance(steps, tuple):
         raise SystemExit(f"{WHO}: the {phase} {steps[1]}")
     todo = [s for s in steps if not done(s, recs)]
-    todo = [p for p in steps if p.kind != 'glue' and p not in todo and any(s.owner == p.name for s in todo)] + todo
+    todo = [p for p in steps if p.kind not in FOLLOW and p not in todo and any(s.owner == p.name for s in todo)] + todo
     t = estimates(recs, device_)
     print(f"{WHO}: {phase}: {len(todo)} of {len(steps)} jobs to run; times of {device_['name']} from "
           f"{'its records' if names else 'the constants (no record names it)'}, x {time_scale}: " +
@@ -918,7 +974,7 @@ def print_prediction(cfg):
     for s in todo:
         e = estimate(s, t, first and s.kind == 'pretrain' and not dry)
         first &= s.kind != 'pretrain'
-        pre += e if s.kind == 'pretrain' else 0.0
+        pre += e if s.kind in ('pretrain', 'probe') else 0.0  # probes: one at a time, counted with these
         print(f"  {s.name}: ~{e:.0f} s" + (f" ({tokens_text(s.tokens)} tokens)" if s.kind == 'pretrain' else ''))
     rounds = lambda n: math.ceil(n / jobs) * estimate(glue[0], t, False) if n else 0.0
     last = max((s.step for s in todo if s.kind == 'pretrain'), default=-1)  # the calibration's run's last step
@@ -999,11 +1055,25 @@ def calibration_summary(cfg, recs):
     """The untrained model and each snapshot: tokens seen, MLM loss and accuracy, the training hours to it, GLUE-4
     (where all four tasks ran) and each task (mean over the fine-tuning seeds, and per seed); each snapshot's gain over
     the untrained model with the fine-tuning noise, also over the untrained model at its own fine-tuning lr where it
-    ran (init_own_lr): a gain is clear only over both; the first token point of a clear gain."""
+    ran (init_own_lr): a gain is clear only over both; the first token point of a clear gain. With probes, each
+    point's probe numbers and their change from the untrained model's, and the baselines; with corpora, the same of
+    each other corpus's run (under 'corpora', by folder name), against the same untrained model."""
     steps = plan(cfg, recs, 'calibration')
     if isinstance(steps, tuple) or not any(s.name in recs for s in steps):
         return None
-    pre, init, fts = steps[0], steps[1], steps[2:]
+    pres = [s for s in steps if s.kind == 'pretrain']
+    out = calibration_of(cfg, recs, pres[0], steps)
+    if len(pres) > 1:
+        out['corpora'] = {corpus_tag(p.data)[1:]: calibration_of(cfg, recs, p, steps) for p in pres[1:]}
+    return out
+
+
+PROBES = ('stsb_cosine', 'sst2_logreg')  # probe.py's numbers of a model; its baselines need none
+
+
+def calibration_of(cfg, recs, pre, steps):
+    """calibration_summary of one pre-training `pre` of the plan's steps."""
+    init, fts = next(s for s in steps if s.kind == 'init'), [s for s in steps if s.kind == 'glue']
     g_lr = lr_of(fts[0])
     head, evals = recs[pre.name] if pre.name in recs else ({}, [])
     rate = head.get('timing', {}).get('tokens_per_s')
@@ -1021,7 +1091,9 @@ def calibration_summary(cfg, recs):
                 'glue4_per_seed': {sd: x['score'] for sd, x in g.items()} if whole else {},
                 'tasks': {t: float(np.mean([x['tasks'][t] for x in g.values() if t in x['tasks']]))
                           for t in tasks.split(',') if any(t in x['tasks'] for x in g.values())},
-                'tasks_per_seed': {sd: x['tasks'] for sd, x in g.items()}}
+                'tasks_per_seed': {sd: x['tasks'] for sd, x in g.items()},
+                **({'probe': (r := recs.get(f"{model_point(p, cfg, st)[0]}.probe")) and {k: r[k] for k in PROBES}}
+                   if probes else {})}
     points_ = [point(st, p, g_lr) for st, p in [(0, init)] + [(st, pre) for st in calibration_points(cfg)]]
     o = next((x for x in fts if x.owner == init.name and lr_of(x) != g_lr), None)  # init_own_lr's fine-tunes
     own = [point(0, init, lr_of(o))] if o else []
@@ -1047,6 +1119,9 @@ def calibration_summary(cfg, recs):
                 g['clear'] = g['clear'] and (o is None or o['clear'])
             if g and g['clear'] and k not in first:
                 first[k] = {'tokens': p['tokens'], 'diff': g['diff'], 'train_hours': p['train_hours']}
+        if probes:  # one number per model (no seeds): the change alone
+            a, b = p['probe'], points_[0]['probe']
+            row['probe'] = a and b and {k: a[k] - b[k] for k in PROBES}
         gains.append(row)
     n_ft = len(glue_seeds.split(','))
     trend = {k: gain_trend([(r['tokens'], r[k]['diff']) for r in gains if r[k]]) for k in keys}
@@ -1063,7 +1138,20 @@ def calibration_summary(cfg, recs):
                                                 for d in (1, 2, 3)} for k in keys},
             'curve': [{'step': r['step'], 'tokens': r['step'] * tokens_per_step(cfg), 'mlm_loss': r['loss'],
                        'mlm_accuracy': r['accuracy']} for r in evals],
-            'reruns': {n: rerun(evals, recs[n][1]) for n in sorted(recs) if n.startswith(pre.name + '.rerun')}}
+            'reruns': {n: rerun(evals, recs[n][1]) for n in sorted(recs) if n.startswith(pre.name + '.rerun')},
+            **({'baselines': baselines_of(recs, [s for s in steps if s.kind == 'probe'])} if probes else {})}
+
+
+def baselines_of(recs, probe_steps):
+    """The numbers that need no model (probe.py's baselines: STS-B Jaccard, MRPC and RTE majority), from the first
+    probe record; every probe record must agree (the same GLUE files), else one line."""
+    rs = [recs[s.name] for s in probe_steps if s.name in recs]
+    keys = ('stsb_jaccard', 'mrpc_majority', 'rte_majority')
+    if any({k: r[k] for k in keys} != {k: rs[0][k] for k in keys} for r in rs):
+        raise SystemExit(f"{WHO}: the probe records in {records}/ disagree on the baselines: they read different GLUE "
+                         "files; move the odd ones away")
+    return rs and {'stsb_jaccard': rs[0]['stsb_jaccard'], 'mrpc_majority': rs[0]['mrpc_majority']['score'],
+                   'rte_majority': rs[0]['rte_majority']['accuracy']} or None
 
 
 def rerun(first, again):
@@ -1081,7 +1169,7 @@ def comparison_summary(cfg, recs):
     steps = plan(cfg, recs, 'comparison')
     if isinstance(steps, tuple):
         return None
-    pres = [s for s in steps if s.kind != 'glue']
+    pres = [s for s in steps if s.kind not in FOLLOW]
     pre, glue, ms, exits = {}, {}, {}, {}
     for p in (p for p in pres if p.name in recs):
         arm, sd = arm_of(p.name)
@@ -1133,6 +1221,49 @@ def summarize(cfg, recs):
             'missing': missing_jobs(cfg, recs)}
 
 
+def report_calibration(c, f, corpus=''):
+    """One calibration run's table (report)."""
+    ts = list(c['noise'])[1:]
+    print(f"\n*Calibration{corpus}: the original operator, seed {c['seed']}, {c['recipe']}, {c['steps']} steps; "
+          f"fine-tuning lr {c['glue_lr']:g} (mean over seeds; gain: over the untrained model, with its {CLEAR:.1%} "
+          f"one-sided bound from the pooled fine-tuning sd)*\n\n| tokens | hours | eval loss | MLM accuracy | GLUE-4 (seeds) | "
+          + ' | '.join(ts) + " | gain [half] |\n|---|---|---|---|---|" + '---|' * len(ts) + '---|')
+    gains = {g['step']: g for g in c['gain']}
+    n_ft = len(glue_seeds.split(','))
+    mark = lambda x: ' clear' if x['clear'] else f" {min(x['seeds'])} of {n_ft} seeds" if min(x['seeds']) < n_ft \
+        else ''
+    for p in c['points'] + ([c['untrained_own_lr']] if c['untrained_own_lr'] else []):
+        g = gains.get(p['step'], {}) if p['step'] else {}
+        label = tokens_text(p['tokens']) if p['step'] else f"untrained, lr {p['glue_lr']:g}"
+        print(f"| {label} | {f(p['train_hours'])} | {f(p['mlm_loss'], '.4f')} | {f(p['mlm_accuracy'], '.4f')} | "
+              f"{f(p['glue4'])} ({len(p['glue4_per_seed'])}) | " +
+              ' | '.join(f(p['tasks'].get(t)) + (f" ({g[t]['diff']:+.2f} [{g[t]['half95']:.2f}]"
+                                                   f"{mark(g[t])})" if g.get(t) else '')
+                         for t in ts) + " | " +
+              (f"{g['glue4']['diff']:+.2f} [{g['glue4']['half95']:.2f}]{mark(g['glue4'])}"
+               if g.get('glue4') else '-') + " |")
+    print("first clear gain: " + '; '.join(f"{k} " + (f"at {tokens_text(v['tokens'])} tokens ({v['diff']:+.2f})"
+                                                     if v else "none") for k, v in c['first_clear'].items()) +
+          f"; plateau exit (loss <= U - {drop:g}): step {c['plateau_exit_step']}")
+    for n, r in c['reruns'].items():
+        print(f"made again: {n}, to step {r['step']}: " + (
+            "every eval the first run's, bit for bit" if r['as_first'] else "its evals differ from the first run's"))
+    at = lambda v: "- (no measurable rise)" if v[TREND_AT] is None else \
+        f"~{tokens_text(v[TREND_AT])} tokens (extrapolated)"
+    print("trend of the gains (per doubling of the tokens): " + '; '.join(
+        f"{k} " + (f"{v['per_doubling']:+.2f} [{v['half95']:.2f}] over {v['points']} points, +{TREND_TARGET:g} at "
+                   f"{at(v)}" if v else "-") for k, v in c['trend'].items()))
+    if 'baselines' in c:  # probes: one number per model, frozen; the baselines need no model
+        rows = []
+        for p in c['points']:
+            g = gains.get(p['step'], {}).get('probe') if p['step'] else None
+            nums = ', '.join(f"{k} {p['probe'][k]:.2f}" + (f" ({g[k]:+.2f})" if g else '') for k in PROBES) \
+                if p['probe'] else '-'
+            rows.append(f"{tokens_text(p['tokens']) if p['step'] else 'untrained'}: {nums}")
+        print("frozen probes (dev; change from the untrained model): " + '; '.join(rows) + "; baselines: " +
+              ', '.join(f"{k} {v:.2f}" for k, v in (c['baselines'] or {}).items()))
+
+
 def report(s):
     """The summary as Markdown tables (docs/study_small.md pastes them)."""
     f = lambda x, fmt='.2f': '-' if x is None else f"{x:{fmt}}"
@@ -1154,36 +1285,9 @@ def report(s):
                 print(f"| {r['lr']:g} | {f(r['pilot_model'] and r['pilot_model']['score'])} | "
                       f"{f(r['untrained'] and r['untrained']['score'])} |")
     if c := s['calibration']:
-        ts = list(c['noise'])[1:]
-        print(f"\n*Calibration: the original operator, seed {c['seed']}, {c['recipe']}, {c['steps']} steps; fine-tuning "
-              f"lr {c['glue_lr']:g} (mean over seeds; gain: over the untrained model, with its {CLEAR:.1%} one-sided "
-              f"bound from the pooled fine-tuning sd)*\n\n| tokens | hours | eval loss | MLM accuracy | GLUE-4 (seeds) | "
-              + ' | '.join(ts) + " | gain [half] |\n|---|---|---|---|---|" + '---|' * len(ts) + '---|')
-        gains = {g['step']: g for g in c['gain']}
-        n_ft = len(glue_seeds.split(','))
-        mark = lambda x: ' clear' if x['clear'] else f" {min(x['seeds'])} of {n_ft} seeds" if min(x['seeds']) < n_ft \
-            else ''
-        for p in c['points'] + ([c['untrained_own_lr']] if c['untrained_own_lr'] else []):
-            g = gains.get(p['step'], {}) if p['step'] else {}
-            label = tokens_text(p['tokens']) if p['step'] else f"untrained, lr {p['glue_lr']:g}"
-            print(f"| {label} | {f(p['train_hours'])} | {f(p['mlm_loss'], '.4f')} | {f(p['mlm_accuracy'], '.4f')} | "
-                  f"{f(p['glue4'])} ({len(p['glue4_per_seed'])}) | " +
-                  ' | '.join(f(p['tasks'].get(t)) + (f" ({g[t]['diff']:+.2f} [{g[t]['half95']:.2f}]"
-                                                       f"{mark(g[t])})" if g.get(t) else '')
-                             for t in ts) + " | " +
-                  (f"{g['glue4']['diff']:+.2f} [{g['glue4']['half95']:.2f}]{mark(g['glue4'])}"
-                   if g.get('glue4') else '-') + " |")
-        print("first clear gain: " + '; '.join(f"{k} " + (f"at {tokens_text(v['tokens'])} tokens ({v['diff']:+.2f})"
-                                                         if v else "none") for k, v in c['first_clear'].items()) +
-              f"; plateau exit (loss <= U - {drop:g}): step {c['plateau_exit_step']}")
-        for n, r in c['reruns'].items():
-            print(f"made again: {n}, to step {r['step']}: " + (
-                "every eval the first run's, bit for bit" if r['as_first'] else "its evals differ from the first run's"))
-        at = lambda v: "- (no measurable rise)" if v[TREND_AT] is None else \
-            f"~{tokens_text(v[TREND_AT])} tokens (extrapolated)"
-        print("trend of the gains (per doubling of the tokens): " + '; '.join(
-            f"{k} " + (f"{v['per_doubling']:+.2f} [{v['half95']:.2f}] over {v['points']} points, +{TREND_TARGET:g} at "
-                       f"{at(v)}" if v else "-") for k, v in c['trend'].items()))
+        report_calibration(c, f)
+        for name, x in c.get('corpora', {}).items():
+            report_calibration(x, f, f" on {name}")
     if s['per_arm']:
         print(f"\n*Comparison: {tokens_text(s['comparison']['tokens'])} tokens ({s['comparison']['cap']} steps); mean "
               "over seeds*\n\n| arm | seeds | eval loss | MLM accuracy | GLUE-4 | plateau exit | ms/step |\n"
@@ -1230,11 +1334,19 @@ def figure(cfg, recs, s, path):
             ax['loss'].plot([r['step'] * tps / 1e6 for r in calib[1]], [r['loss'] for r in calib[1]], color='k',
                             label=f"calibration, lr {c['learning_rate']:g}")
             ax['loss'].axhline(calib[0]['unigram_loss'], color='gray', lw=0.8, ls=':', label='U (token frequencies)')
+        for j, name in enumerate(c.get('corpora', {}) if c else []):  # the same val set: the curves compare
+            if r := recs.get(f"calib_{name}_s{seed}"):
+                ax['loss'].plot([e['step'] * tps / 1e6 for e in r[1]], [e['loss'] for e in r[1]], color=f"C{7 + j}",
+                                label=f"calibration on {name}")
         ax['loss'].set(xlabel='tokens seen (M)', ylabel='MLM eval loss', title='Pre-training')
     if 'glue' in ax:
         pts = [p for p in c['points'][1:] if p['glue4'] is not None]
         x = lambda p: p['tokens'] / 1e6
         ax['glue'].plot([x(p) for p in pts], [p['glue4'] for p in pts], 'o-', color='k', label='GLUE-4')
+        for j, (name, other) in enumerate(c.get('corpora', {}).items()):
+            on = [p for p in other['points'][1:] if p['glue4'] is not None]
+            ax['glue'].plot([x(p) for p in on], [p['glue4'] for p in on], 's-', color=f"C{7 + j}", ms=4,
+                            label=f"GLUE-4 on {name}")
         seeds = lambda p, v, color, **kw: ax['glue'].plot([x(p)] * len(v), v, '.', color=color, alpha=0.4, **kw)
         for p in pts:  # each fine-tuning seed's score, faint: the spread a gain is measured against
             seeds(p, list(p['glue4_per_seed'].values()), 'k')
@@ -1246,6 +1358,15 @@ def figure(cfg, recs, s, path):
                 seeds(p, [r[t] for r in p['tasks_per_seed'].values() if t in r], f"C{i}", ms=3)
             if t in c['points'][0]['tasks']:
                 ax['glue'].axhline(c['points'][0]['tasks'][t], color=f"C{i}", ls=':', lw=0.8)
+        names = tasks.split(',')
+        for j, (k, t) in enumerate(zip(PROBES, ('stsb', 'sst2'))):  # the frozen probes: no seeds, no fine-tuning
+            on = [p for p in c['points'][1:] if p.get('probe')]
+            colour = f"C{names.index(t) if t in names else len(names) + j}"
+            if on:
+                ax['glue'].plot([x(p) for p in on], [p['probe'][k] for p in on], 'x--', lw=0.8, color=colour,
+                                label=f"{k} (frozen)")
+            if c['points'][0].get('probe'):
+                ax['glue'].axhline(c['points'][0]['probe'][k], color=colour, ls='-.', lw=0.6)
         if c['points'][0]['glue4'] is not None:
             ax['glue'].axhline(c['points'][0]['glue4'], color='gray', ls='--', lw=1, label='untrained (GLUE-4)')
         ax['glue'].set(xlabel='tokens seen (M)', ylabel='dev score', xscale='log',
@@ -1307,7 +1428,9 @@ def from_clone(cfg):
     clone_at(sha, dest, WHO)  # whole, or made again
     paths = {k: os.path.abspath(globals()[k]) for k in ('records', 'figures', 'out_dir', 'data_dir', 'carry', 'out',
                                                         'work') if globals()[k]}
-    paths.update(summary=summary and os.path.abspath(summary), glue_dir=glue_dir and os.path.abspath(glue_dir))
+    paths.update(summary=summary and os.path.abspath(summary), glue_dir=glue_dir and os.path.abspath(glue_dir),
+                 **({'corpora': ','.join(map(os.path.abspath, corpora.split(',')))} if corpora else {}))  # only if
+    # set: a clone of a commit from before the setting refuses it as unknown
     args = [a if a.startswith('--') else os.path.relpath(os.path.abspath(a), ROOT) for a in sys.argv[1:]]
     print(f"{WHO}: running from {dest} (commit {sha[:12]})", flush=True)
     os.chdir(dest)
@@ -1336,7 +1459,7 @@ def main(given):
     pilot_tasks, calib_tasks = (v and ','.join(sorted(comma_list(WHO, k, v, tasks.split(',')), key=list(TASKS).index))
                                 for k, v in (('pilot_tasks', pilot_tasks), ('calib_tasks', calib_tasks)))  # in
     # finetunes' order: a summary does not depend on the order they were given in either
-    for k in ('pilot_lrs', 'pilot_glue_lrs', 'points'):
+    for k in ('pilot_lrs', 'pilot_glue_lrs', 'points') + (('corpora',) if corpora else ()):
         comma_list(WHO, k, globals()[k])
     check(WHO, (phase in ('pilot', 'calibration', 'comparison'), f"phase must be pilot, calibration or comparison, "
                                                                    f"got {phase!r}"),
@@ -1350,6 +1473,9 @@ def main(given):
           (device in ('cuda', 'cpu'), f"device must be cuda or cpu, got {device!r}"),
           (pilot_glue_model in ('first', 'best'), f"pilot_glue_model must be first or best, got {pilot_glue_model!r}"),
           (hours >= 0, f"hours must be >= 0, got {hours:g}"),
+          (not corpora or all(os.path.abspath(d) != os.path.abspath(data_dir) for d in corpora.split(',')) and len(
+              {corpus_tag(d) for d in corpora.split(',')}) == len(corpora.split(',')),
+           f"corpora must name folders other than data_dir, each folder name once, got {corpora!r}"),
           (pilot_dropout == '' or re.fullmatch(r'\d*\.?\d+', pilot_dropout) and float(pilot_dropout) < 1,
            f"pilot_dropout must be '' or a dropout in [0, 1), got {pilot_dropout!r}"),
           (learning_rate >= 0 and glue_lr >= 0, f"learning_rate and glue_lr must be > 0, or 0 for the pilot's pick, got "
@@ -1382,10 +1508,17 @@ def main(given):
         os.environ['PYTHONUNBUFFERED'] = '1'
         ensure_data(cfg)
         check_glue()
-        _, val, meta = load_dataset(data_dir, None, cfg['block_size'])
-        u = unigram_loss(data_dir, cfg['block_size'], cfg['batch_size'], cfg['eval_iters'])
-        DATA = {fingerprint(data_dir, meta, val)}
-        runner, stopped = run_phase(cfg, dev, u, *DATA)
+        u, data, vocab = {}, {}, None  # per corpus: its U and its fingerprint, which its runs' records keep
+        for d in [data_dir, *filter(None, corpora.split(','))]:
+            try:  # the other corpora must have data_dir's vocabulary: the untrained model is theirs too
+                _, val, meta = load_dataset(d, vocab, cfg['block_size'])
+            except SystemExit as e:
+                raise SystemExit(f"{WHO}: {e}" + (f" (corpora: each of data_dir's vocabulary)" if vocab else ''))
+            vocab = meta['vocab_size']
+            u[d] = unigram_loss(d, cfg['block_size'], cfg['batch_size'], cfg['eval_iters'])
+            data[d] = fingerprint(d, meta, val)
+        DATA = set(data.values())
+        runner, stopped = run_phase(cfg, dev, u, data)
         n, left = len(runner.written), list(runner.dropped) + runner.stopped
         print(f"{WHO}: this run recorded {n} job{'s' * (n != 1)} in {time.monotonic() - T0:.0f} s "
               f"({os.path.join(out, 'records.tar')}); left for the next run: {', '.join(left) or 'nothing'}",

@@ -659,3 +659,64 @@ def test_the_calibrations_trend_extrapolates_only_a_measurable_rise():
     flat = ss.gain_trend([(t, d) for (t, _), d in zip(pts, (0.3, -0.9, 1.1, -1.5, 0.8))])  # rising, within noise
     assert 0 < flat["per_doubling"] < flat["half95"] and flat["tokens_at_2"] is None
     assert ss.gain_trend(pts[:2]) is None
+
+
+def test_a_calibration_of_two_corpora_against_one_untrained_model_with_probes(tmp_path):
+    """--corpora: a second corpus's run planned, recorded and summarised beside data_dir's, against the same untrained
+    model (its record naming its own data and U); --probes: every model point probed frozen, its record the numbers
+    probe.py gives for that checkpoint run by hand, the summary and figure rebuilt byte for byte from the records."""
+    other = tmp_path / "other-0.5"  # another corpus of the same vocabulary
+    subprocess.run([sys.executable, "prepare_oscar.py", "--source=builtin", f"--out_dir={other}", "--max_docs=150",
+                    "--val_docs=30", "--num_proc=1"], cwd=ROOT, check=True, capture_output=True)
+    work = tmp_path / "work"
+    args = ("--phase=calibration", "--learning_rate=1e-3", "--glue_lr=1e-3", "--probes=True", f"--corpora={other}",
+            "--points=1024", "--tasks=stsb,sst2", "--glue_seeds=1,2", "--budget_s=1200", "--stop_s=1200")
+    out = ok(run(work, *args))
+    rec = work / "records"
+    names = sorted(p.name for p in rec.iterdir())
+    probes = ["calib_other-0p5_s1_t1024.probe.json", "calib_s1_t1024.probe.json", "init_s1.probe.json"]
+    assert [n for n in names if n.endswith(".probe.json")] == probes, out
+    assert {"calib_s1.jsonl", "calib_other-0p5_s1.jsonl", "init_s1.jsonl"} <= set(names)
+    assert sum(n.endswith("_lr1e-3_s1.json") or n.endswith("_lr1e-3_s2.json") for n in names) == 6  # 3 models x 2
+    heads = {n: json.loads((rec / f"{n}.jsonl").read_text().splitlines()[0]) for n in ("calib_s1", "calib_other-0p5_s1")}
+    assert heads["calib_other-0p5_s1"]["config"]["dataset"] == str(other)
+    assert heads["calib_s1"]["data"] != heads["calib_other-0p5_s1"]["data"]  # each run's own data and U
+    assert heads["calib_s1"]["unigram_loss"] != heads["calib_other-0p5_s1"]["unigram_loss"]
+
+    snap = work / "runs" / "calib_other-0p5_s1" / "snapshots" / "ckpt_0000002.pt"  # 1024 tokens: step 2
+    hand = tmp_path / "hand"
+    subprocess.run([sys.executable, "probe.py", f"--init_from={snap}", f"--data_dir={work / 'carry' / 'glue'}",
+                    f"--out_dir={hand}"], cwd=ROOT, check=True, capture_output=True)
+    mine = json.loads((hand / "probe.json").read_text())
+    theirs = json.loads((rec / probes[0]).read_text())
+    for k in ("stsb_cosine", "sst2_logreg", "stsb_jaccard", "mrpc_majority", "rte_majority", "pretrained"):
+        assert theirs[k] == mine[k], k
+    assert theirs["model"] == "calib_other-0p5_s1_t1024" and theirs["step"] == 2
+
+    c = json.loads((work / "summary.json").read_text())["calibration"]
+    o = c["corpora"]["other-0p5"]
+    assert o["points"][0] == c["points"][0]  # one untrained model, fine-tuned and probed once
+    assert o["points"][1]["probe"] == {k: theirs[k] for k in ("stsb_cosine", "sst2_logreg")}
+    assert o["gain"][0]["probe"] == {k: theirs[k] - c["points"][0]["probe"][k] for k in ("stsb_cosine", "sst2_logreg")}
+    assert c["baselines"] == {"stsb_jaccard": mine["stsb_jaccard"], "mrpc_majority": mine["mrpc_majority"]["score"],
+                              "rte_majority": mine["rte_majority"]["accuracy"]}
+    assert "Calibration on other-0p5" in out and "frozen probes" in out
+
+    again = ok(run(work, *args))
+    assert "12 jobs, 12 recorded" in again and "started" not in again
+    fresh = tmp_path / "fresh"
+    shutil.copytree(rec, fresh)
+    ok(run(work, *args, "--train=False", f"--records={fresh}", f"--summary={tmp_path}/s.json",
+           f"--figures={tmp_path}/f"))
+    for a, b in (("summary.json", "s.json"), ("study_small.png", "f.png"), ("study_small.svg", "f.svg")):
+        assert (work / a).read_bytes() == (tmp_path / b).read_bytes(), a
+    r = json.loads((fresh / probes[2]).read_text())
+    (fresh / probes[2]).write_text(json.dumps({**r, "stsb_cosine": "50"}))  # a probe record read for its numbers
+    one_line_error(run(work, *args, "--train=False", f"--records={fresh}", "--summary=", "--figures="),
+                   "stsb_cosine must be a finite number")
+    # a corpus of another vocabulary is one line before anything runs
+    v = tmp_path / "v320"
+    subprocess.run([sys.executable, "prepare_oscar.py", "--source=builtin", f"--out_dir={v}", "--max_docs=50",
+                    "--val_docs=10", "--num_proc=1", "--vocab_size=320"], cwd=ROOT, check=True, capture_output=True)
+    p = run(work, *args[:4], f"--corpora={v}", *args[5:])
+    one_line_error(p, "vocabulary")

@@ -1,0 +1,9 @@
+# The levers' pilot, the smaller vocabulary (docs/study_levers.md): studies/config/levers.py with GPT-2's first
+# 16,384 ids (prepare_oscar.py --vocab_size=16384), everything else the same:
+#     python studies/study_small.py studies/config/levers.py studies/config/levers_v16384.py --glue_dir=<GLUE> --hours=2.5
+data_dir = 'data/english-v16384'  # python prepare_oscar.py --source=english --vocab_size=16384 --out_dir=data/english-v16384
+corpora = 'data/english-v16384-glue-0.5'  # ... --vocab_size=16384 --mix=glue --mix_share=0.5 --glue_dir=<GLUE> --out_dir=<it>
+out_dir = 'out/levers_v16384'
+records = 'assets/levers/v16384'
+summary = 'assets/levers_v16384.json'
+figures = 'assets/levers_v16384'
