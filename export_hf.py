@@ -234,7 +234,9 @@ def model_card(ck, weights, source=None, out=None):
         dev = ck.get("dev")
         rows += [("task", f"{ck.get('task', 'a classification task')} (GLUE), fine-tuned with finetune_glue.py, seed "
                           f"{ck.get('seed', '?')}, dropout {cfg.dropout:g} (attention {cfg.attn_dropout():g}); labels "
-                          f"{', '.join(map(str, ck.get('labels') or [])) or 'a score'}"),
+                          f"{', '.join(map(str, ck.get('labels') or [])) or 'a score'}" + (
+                              f"; peak lr {pr.get('learning_rate')}, {pr.get('epochs')} epochs, batch "
+                              f"{pr.get('batch_size')}" if isinstance(pr := ck.get("protocol"), dict) else "")),
                  ("pre-training", f"{step:,} steps"),
                  ("dev score", json.dumps(dev) if dev is not None else "not recorded in the checkpoint")]
     else:

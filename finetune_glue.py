@@ -326,11 +326,11 @@ def tuned(cfg, dropout):
     return cfg if dropout < 0 else dataclasses.replace(cfg, dropout=dropout, attention_dropout=None)
 
 
-def finetune(task, data, seed, model_config, weights, settings, keep=None, iter_num=0, pretrained=None):
+def finetune(task, data, seed, model_config, weights, settings, keep=None, iter_num=0, pretrained=None, protocol=None):
     """Fine-tune a fresh classifier, its encoder the pre-trained one (model_config, a BertConfig, and weights, its
     state dict), on data['train'] with the protocol of settings; returns the dev metrics. With keep, a path, the
-    fine-tuned classifier is saved there with iter_num, the pre-training step, and pretrained, the pre-trained
-    model's model_id (export_hf.py turns it into a BertForSequenceClassification)."""
+    fine-tuned classifier is saved there with iter_num, the pre-training step, pretrained, the pre-trained model's
+    model_id, and protocol, the settings that made it (export_hf.py turns it into a BertForSequenceClassification)."""
     torch.manual_seed(seed)  # the new pooler and classifier, dropout
     rng = np.random.default_rng(seed)  # batch order
     num_labels = 1 if task == 'stsb' else len(TASKS[task].labels)
@@ -388,7 +388,7 @@ def finetune(task, data, seed, model_config, weights, settings, keep=None, iter_
     if keep:
         save_checkpoint({'model': model.state_dict(), 'model_args': vars(model_config), 'iter_num': iter_num,
                          'task': task, 'seed': seed, 'num_labels': model.num_labels, 'labels': TASKS[task].labels,
-                         'dev': result['dev'], 'pretrained': pretrained}, keep)
+                         'dev': result['dev'], 'pretrained': pretrained, 'protocol': protocol}, keep)
     return result
 
 # ----------------------------------------------------------------------------- results
@@ -429,7 +429,8 @@ RANGES = {'accuracy': (0, 100), 'f1': (0, 100), 'mcc': (-100, 100), 'pearson': (
 def damaged(runs):
     """The first '<task> seed <seed> (why)' of a glue_results.json's runs that is not a result this script writes, or
     None: a seed spelled otherwise than str(int) ('01' beside '1' would count a third seed), a number missing, not
-    finite, or outside its metric's range (an accuracy of 101); a task's score lies in its metrics' range."""
+    finite, or outside its metric's range (an accuracy of 101); a task's score lies in its metrics' range and is
+    their mean."""
     def wrong(name, m):
         if not isinstance(m, dict) or type(m.get('score')) not in (int, float) or not math.isfinite(m['score']):
             return f"its {name} score is missing or not a finite number"
@@ -438,6 +439,9 @@ def damaged(runs):
             lo, hi = RANGES[k] if k in RANGES else (min(r[0] for r in ranges), max(r[1] for r in ranges))
             if type(v) not in (int, float) or not lo <= v <= hi:
                 return f"its {name} {k} {v!r} is not in [{lo}, {hi}]"
+        metrics = [m[k] for k in m if k in RANGES]  # task_metrics makes the score their mean: another is not its
+        if metrics and abs(m['score'] - float(np.mean(metrics))) > 1e-9 * max(1.0, abs(m['score'])):
+            return f"its {name} score {m['score']!r} is not the mean of its metrics ({float(np.mean(metrics))!r})"
         return None
 
     for task, seeds in runs.items():
@@ -485,16 +489,25 @@ def earlier_results(path, ckpt_path, protocol):
     return res
 
 
-def kept_classifier(path, task, seed, pretrained):
-    """True if path holds the classifier --save_models keeps for (task, seed) of the model pretrained (its model_id),
-    whole; False if there is none. Anything else there (a cut file, a user's, another model's) is never overwritten:
-    one line, and it is left as it is."""
+def kept_classifier(path, task, seed, pretrained, protocol):
+    """True if path holds the classifier --save_models keeps for (task, seed) of the model pretrained (its model_id)
+    under protocol (the results' settings), whole; False if there is none. Anything else there (a cut file, a user's,
+    another model's or settings') is never overwritten: one line, and it is left as it is."""
     if not os.path.lexists(path):
         return False
     try:
         ck = load_checkpoint(path)
-        why = None if (ck.get('task'), ck.get('seed'), ck.get('pretrained')) == (task, int(seed), pretrained) else \
-            f"it is {ck.get('task')} seed {ck.get('seed')} of {describe(ck.get('pretrained'))}"
+        other = ck.get('protocol')
+        changed = [k for k in protocol if isinstance(other, dict) and other.get(k) != protocol[k]]
+        if (ck.get('task'), ck.get('seed'), ck.get('pretrained')) != (task, int(seed), pretrained):
+            why = f"it is {ck.get('task')} seed {ck.get('seed')} of {describe(ck.get('pretrained'))}"
+        elif not isinstance(other, dict):
+            why = "it records no fine-tuning settings (kept before classifiers named them)"
+        elif changed:  # as earlier_results compares: the keys of this protocol
+            why = "it was fine-tuned with other settings (" + ', '.join(
+                f"{k} {other.get(k)!r}, not {protocol[k]!r}" for k in changed if k != 'pretrained') + ")"
+        else:
+            why = None
     except Unreadable as e:
         why = str(e)
     if why:
@@ -503,9 +516,12 @@ def kept_classifier(path, task, seed, pretrained):
     return True
 
 
-def table3(ckpt_path, out, settings):
-    """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json, then its Table-3 row."""
+def table3(ckpt_path, out, settings, step=None):
+    """The protocol for one checkpoint: every (task, seed) not yet in <out>/glue_results.json, then its Table-3 row.
+    step: the step its file name says (a benchmark's snapshot), refused if it holds another."""
     model_config, weights, iter_num, pretrained = load_pretrained(ckpt_path, settings.max_seq_len)
+    if step is not None and iter_num != step:
+        raise Unreadable(f"{ckpt_path}: its name says step {step}, it holds step {iter_num} (renamed?)")
     model_config = tuned(model_config, settings.dropout)
     path = os.path.join(out, 'glue_results.json')
     protocol = protocol_of(settings, ckpt_path, pretrained, model_config)
@@ -515,7 +531,9 @@ def table3(ckpt_path, out, settings):
         res = earlier_results(path, ckpt_path, protocol) or res  # never mixed with another model's or settings'
         res['protocol']['init_from'] = protocol['init_from']  # where it was read this time
         pairs = [(task, str(seed)) for task in settings.task_list for seed in settings.seed_list]
-        kept = {p: kept_classifier(os.path.join(out, f"{p[0]}_s{p[1]}.pt"), *p, pretrained)
+        what = {k: v for k, v in protocol.items() if k != 'init_from'}  # as earlier_results compares: not where the
+        # model was read
+        kept = {p: kept_classifier(os.path.join(out, f"{p[0]}_s{p[1]}.pt"), *p, pretrained, what)
                 for p in pairs if settings.save_models}  # before any fine-tuning: a file not ours is one line now
         for task, seed in pairs:
             keep = os.path.join(out, f"{task}_s{seed}.pt") if settings.save_models else None
@@ -528,7 +546,7 @@ def table3(ckpt_path, out, settings):
             data = task_data(task, settings.data_dir, settings.max_seq_len, settings.max_train_samples,
                              model_config.vocab_size)  # the GLUE text in the model's own vocabulary
             r = finetune(task, data, int(seed), model_config, weights, settings, keep=keep, iter_num=iter_num,
-                         pretrained=pretrained)
+                         pretrained=pretrained, protocol=what)
             res['runs'].setdefault(task, {})[seed] = r
             print(f"{task} seed {seed}: " + ', '.join(f"{n} {m['score']:.2f}" for n, m in r['dev'].items())
                   + f" (train loss {r['train_loss']:.4f}, {r['seconds']:.0f}s)")
@@ -564,8 +582,8 @@ def run_benchmark(run_dir, settings):
                 pass  # named and skipped below
         records = []
         for step, path in snaps:
-            try:  # an unreadable snapshot is named and skipped: the others are still scored
-                g = table3(path, os.path.join(settings.out_dir, f"step_{step:07d}"), settings)
+            try:  # an unreadable snapshot, or one whose name is not its step, is named and skipped: the others
+                g = table3(path, os.path.join(settings.out_dir, f"step_{step:07d}"), settings, step)  # are scored
             except Unreadable as e:
                 print(f"skipped: {e}", flush=True)
                 skipped.append(str(e))
@@ -586,7 +604,7 @@ def run_benchmark(run_dir, settings):
                                                    for r in records))
     print(f"first step at 95% of the final score ({target:.2f}): {step_95}")
     if skipped:
-        raise SystemExit(f"finetune_glue: {len(skipped)} unreadable checkpoint(s) skipped, the benchmark is without "
+        raise SystemExit(f"finetune_glue: {len(skipped)} checkpoint(s) refused and skipped, the benchmark is without "
                          f"them: {'; '.join(skipped)}"[:600])
 
 

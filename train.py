@@ -209,6 +209,7 @@ x, y, pos = get_batch(iter_num, 0)
 stopping, eval_acc, saved = 0, None, iter_num if run.resumed else -1  # saved: the step of ckpt.pt (-1: none yet)
 t0, t0_iter = time.time(), iter_num
 paused = pause_at > iter_num  # a resume from that very step goes on
+began = iter_num
 while True:
     # a signal: save at once and stop (an eval due at this step runs after the resume instead)
     if stopping:
@@ -237,8 +238,10 @@ while True:
     if (iter_num % save_interval == 0 and iter_num > 0 or finished) and saved != iter_num:
         run.save(run.ckpt_path, state())
         saved, t0, t0_iter = iter_num, time.time(), iter_num  # throughput excludes saving
-    if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0:
-        run.save(os.path.join(run.out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt"), state(), full=False)
+    snapshot = os.path.join(run.out_dir, "snapshots", f"ckpt_{iter_num:07d}.pt")
+    if checkpoint_interval and iter_num % checkpoint_interval == 0 and iter_num > 0 and not (
+            iter_num == began and os.path.exists(snapshot)):  # a resume at a snapshot's step keeps it as it was made
+        run.save(snapshot, state(), full=False)
     if finished:
         break  # at max_iters, the budget spent, or target_loss met at this eval
     if paused and iter_num == pause_at:

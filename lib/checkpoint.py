@@ -3,6 +3,7 @@ Checkpoints, written whole (files.atomic_write) and read back checked: readable,
 finite weights, and for a resume the optimizer state. Every problem a user can cause is one line (SystemExit).
 """
 import hashlib
+import math
 import pickle
 import warnings
 
@@ -52,6 +53,19 @@ def torch_save(obj, f):
         raise
 
 
+STEP = lambda v: type(v) is int and v >= 0
+STATE = {  # what train.py writes of a run's state beside the weights (lib/run.py save), and a resume reads
+    "iter_num": STEP, "last_eval": STEP, "init_seed": STEP,
+    "eval_loss": lambda v: v is None or type(v) in (int, float) and math.isfinite(v),
+    "spent": lambda v: type(v) in (int, float) and math.isfinite(v) and v >= 0,
+    "run_id": lambda v: v is None or isinstance(v, str), "data": lambda v: v is None or isinstance(v, str),
+    "config": lambda v: isinstance(v, dict), "model_args": lambda v: isinstance(v, dict),
+    "schedules": lambda v: v is None or isinstance(v, list) and all(
+        isinstance(x, (list, tuple)) and len(x) == 2 and STEP(x[0]) and isinstance(x[1], dict) for x in v),
+    "rng": lambda v: isinstance(v, list) and all(  # [] re-seeds, as another process count does (lib/run.py)
+        isinstance(r, dict) and isinstance(r.get("cpu"), torch.Tensor) for r in v)}
+
+
 def load_checkpoint(path, resume=False):
     """A train.py checkpoint (or a finetune_glue.py classifier, which has num_labels), checked: readable, with a
     model that fits its model_args and finite weights (and, to resume, the optimizer state). Pickled code is
@@ -68,6 +82,9 @@ def load_checkpoint(path, resume=False):
         raise Unreadable(f"{path} is not a readable checkpoint ({why})")
     if not isinstance(ck, dict) or not {"model", "model_args", "iter_num"} <= ck.keys():
         raise Unreadable(f"{path} is not a train.py checkpoint (it needs model, model_args and iter_num)")
+    if bad := next((k for k, ok in STATE.items() if k in ck and not ok(ck[k])), None):
+        raise Unreadable(f"{path}: its {bad} ({str(ck[bad])[:40]!r}) is not what train.py writes (edited, or another "
+                         "program's file): use another checkpoint")
     try:
         with torch.device("meta"):  # shapes only: no memory, no init
             cfg = BertConfig(**ck["model_args"])

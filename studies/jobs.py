@@ -113,6 +113,8 @@ def run_jobs(todo, at_once, threads, who, may_start=None):  # may_start(job, run
 # be absent, '*' for every key: at least one), [spec] for a list of at least one such item.
 KINDS = {'a finite number': lambda v: type(v) in (int, float) and math.isfinite(v),
          'a number > 0': lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0,
+         'a number >= 0': lambda v: type(v) in (int, float) and math.isfinite(v) and v >= 0,
+         'true or false': lambda v: type(v) is bool,
          'a step (a whole number >= 0)': lambda v: type(v) is int and v >= 0,
          'a step or null': lambda v: v is None or type(v) is int and v >= 0,
          'a whole number >= 1': lambda v: type(v) is int and v >= 1,
@@ -120,17 +122,24 @@ KINDS = {'a finite number': lambda v: type(v) in (int, float) and math.isfinite(
          'an object': lambda v: isinstance(v, dict),
          '"config"': lambda v: v == 'config', '"eval"': lambda v: v == 'eval', '"probe.py"': lambda v: v == 'probe.py'}
 NUMBER, STEP = 'a finite number', 'a step (a whole number >= 0)'
+TIMING = {'job_s': 'a number >= 0', 'cold': 'true or false', 'init': 'true or false', 'resumed?': 'true or false',
+          **{k + '?': 'a number >= 0' for k in ('fixed', 'end')}, 'tokens_per_s?': 'a number > 0',
+          'ms_per_step?': 'a number >= 0'}  # study_small's measure of a pre-training job (its time model reads it)
 RECORD_HEAD = {'type': '"config"', 'config': 'an object', 'unigram_loss': NUMBER,  # a pre-training record's line 1
-               'run_id?': 'a string or null'}
+               'run_id?': 'a string or null', 'command?': 'a string', 'commit?': 'a string or null',
+               'gpu?': 'a string', 'data?': 'a string or null', 'threads?': 'a whole number >= 1', 'timing?': TIMING}
 NAMED = {'pretrained?': {'run_id?': 'a string or null'}}  # the model fine-tuned (finetune_glue.py: model_id)
 EVAL = {'type': '"eval"', 'step': STEP, 'loss': NUMBER, 'accuracy': NUMBER,  # and each line after it
         'attn_entropy?': [NUMBER]}
-GLUE_RECORD = {'request': {'*': 'a string'}, 'protocol?': NAMED,
-               'runs': {'*': {'*': {'dev': {'*': {'score': NUMBER}}}}}}
+RUNNER = {'gpu?': 'a string', 'job_s?': 'a number >= 0'}  # what the third study's runner adds to a job's record
+GLUE_RECORD = {'request': {'*': 'a string'}, 'protocol?': NAMED, **RUNNER,
+               'runs': {'*': {'*': {'dev': {'*': {'score': NUMBER}}, 'seconds?': 'a number >= 0'}}}}
 BENCHMARK_RECORD = {'request': {'*': 'a string'}, 'step_95': 'a step or null', 'final_score': NUMBER,
                     'records': [{'step': STEP, 'score': NUMBER, 'numbers': {'*': NUMBER}} | NAMED]}
+DIVERGED_RECORD = {'message': 'a string', 'command?': 'a string', 'gpu?': 'a string'}  # study_small's pilot
 PROBE_RECORD = {'script': '"probe.py"', 'stsb_cosine': NUMBER, 'sst2_logreg': NUMBER, 'stsb_jaccard': NUMBER,
-                'mrpc_majority': {'score': NUMBER}, 'rte_majority': {'accuracy': NUMBER}}  # probe.py's result
+                'mrpc_majority': {'score': NUMBER}, 'rte_majority': {'accuracy': NUMBER}, **RUNNER,
+                'model?': 'a string', 'step?': STEP}  # probe.py's result
 STEP_TIMES = {'ms_per_step': {'*': 'a number > 0'}}  # bench.py --json
 BASE_CONFIG = {k: 'a whole number >= 1' for k in ('max_iters', 'block_size', 'batch_size', 'eval_iters',
                                                   'eval_interval')} | {'dataset': 'a string'}
@@ -239,13 +248,14 @@ def read_record(path, who='study'):
     return records[0], evals
 
 
-def write_record(path, run, command, u):
-    """The run's settings and its eval records (from out_dir/log.jsonl) as the committed record."""
+def write_record(path, run, command, u, extra=None):
+    """The run's settings and its eval records (from out_dir/log.jsonl) as the committed record, the caller's `extra`
+    facts in its first line: written once, whole."""
     ck = load_checkpoint(os.path.join(run, 'ckpt.pt'))
     settings = ck['config']
     head = {'type': 'config', 'config': settings, 'run_id': ck.get('run_id'), 'unigram_loss': u, 'command': command,
             'torch': torch.__version__, 'machine': f"{platform.machine()}, {os.cpu_count()} cores", 'cpu': cpu_name(),
-            'commit': code_commit(), 'date': datetime.date.today().isoformat()}
+            'commit': code_commit(), 'date': datetime.date.today().isoformat(), **(extra or {})}
     lines = [json.dumps(head)] + [json.dumps({k: round(v, 4) if isinstance(v, float) and k != 'loss' else  # loss
                                                  [round(e, 4) for e in v] if isinstance(v, list) else v  # exact: the
                                               for k, v in r.items()}) for r in read_evals(run)]  # criterion reads it

@@ -96,13 +96,19 @@ def plain_lists():
                          (('seeds', seeds), ('glue_seeds', glue_seeds)))
 
 
-def read_glue_record(rec):
-    """A GLUE record, checked as finetune_glue.py checks its results (damaged): a seed '01' beside '1', a score
-    outside its metric's range is one line, never counted."""
-    r = read_checked(rec, GLUE_RECORD, 'study_glue')
+def read_glue_record(rec, who='study_glue'):
+    """A GLUE record, checked as finetune_glue.py checks its results (damaged: a seed '01' beside '1', a score
+    outside its metric's range or not their mean), its runs exactly the tasks and seeds its request asked for: else
+    one line, never counted."""
+    r = read_checked(rec, GLUE_RECORD, who)
+    fix = f"restore it (git checkout {rec}) or move it away and run again"
     if bad := damaged(r['runs']):
-        raise SystemExit(f"study_glue: {rec}: the result of {bad} is damaged: restore it (git checkout {rec}) or "
-                         "move it away and run again")
+        raise SystemExit(f"{who}: {rec}: the result of {bad} is damaged: {fix}")
+    q, runs = r['request'], {t: sorted(v) for t, v in r['runs'].items()}
+    asked = {t: sorted(q['seeds'].split(',')) for t in q['tasks'].split(',')} if {'tasks', 'seeds'} <= set(q) else None
+    if any(t not in TASKS for t in runs) or (asked is not None and runs != asked):
+        raise SystemExit(f"{who}: {rec}: its runs ({', '.join(f'{t} seeds {v}' for t, v in runs.items())}) are not "
+                         f"what its request asked for (tasks {q.get('tasks')}, seeds {q.get('seeds')}): {fix}")
     return r
 
 
@@ -141,8 +147,9 @@ def command(kind, cmd, run):
     return ['finetune_glue.py', *cmd, f'--data_dir={glue_dir}']
 
 
-def write_glue_record(kind, cmd, run, rec):
-    """The fine-tuning results (glue_results.json or benchmark.json), the request that made them and where."""
+def write_glue_record(kind, cmd, run, rec, extra=None):
+    """The fine-tuning results (glue_results.json or benchmark.json), the request that made them and where, with the
+    caller's `extra` facts: written once, whole."""
     src = os.path.join(run, 'glue', 'glue_results.json') if kind == 'glue' else os.path.join(run, 'benchmark',
                                                                                              'benchmark.json')
     res = read_json(src, 'GLUE results')
@@ -156,7 +163,7 @@ def write_glue_record(kind, cmd, run, rec):
         res = {'records': [{k: r[k] for k in ('step', 'score', 'numbers', 'pretrained') if k in r}
                            for r in res['records']],
                'step_95': res['step_95'], 'final_score': res['final_score']}
-    write_json(rec, {**head, **res})
+    write_json(rec, {**head, **res, **(extra or {})})
 
 
 def finish(kind, cmd, run, rec, u):

@@ -51,21 +51,22 @@ from typing import NamedTuple
 import numpy as np
 
 from configurator import check, comma_list, configure, oneline, read_file, script_defaults
-from finetune_glue import TASKS, damaged, read_tsv, tsv_files
+from finetune_glue import TASKS, read_tsv, tsv_files
 from probe import TASKS as PROBE_TASKS
 from lib.dataloader import dataset_dir, fingerprint, load_dataset
 from lib.files import atomic_write, copy_file, read_json, read_tar, tar_writer, write_json
 from lib.run import log_head
 import plot
 from plot import first_step_below, read_evals
-from studies.jobs import (PROBE_RECORD, ROOT, Job, clone_at, cpu_name, differ, read_checked, read_record, run_jobs,
-                          same_request, unigram_loss, write_record)
+from studies.jobs import (DIVERGED_RECORD, PROBE_RECORD, ROOT, Job, clone_at, cpu_name, differ, read_checked,
+                          read_record, run_jobs, same_request, unigram_loss, write_record)
 from studies.stats import holm, line_fit, t_quantile
 from studies.study_glue import ARMS, compare, glue4, write_glue_record
 from studies import study_glue
 
 T0 = time.monotonic()  # the run's clock: budget_s and stop_s count from here
 DATA = set()  # the data's fingerprint (lib/dataloader.py), once checked; from the records alone: those they name
+FOLDER_DATA = {}  # a training call's: each corpus folder's fingerprint (data_dir's and the corpora's)
 # -----------------------------------------------------------------------------
 phase = 'calibration'  # what a run with train=True runs: pilot, calibration or comparison
 base = 'studies/config/study_small.py'  # the train.py config every run starts from
@@ -131,15 +132,16 @@ work = 'out/study_small_dry'  # dry: its inputs, runs, records, summary and out
 WHO = 'study_small'
 # A job's time before any record of this device says otherwise (docs/study_small.md, "Time model"): seconds, and
 # tokens/s. fixed: start-up, compiling and the first eval (cold: the run's first compile; warm: from its cache).
+# probe: probe.py of one model (on 2 cores ~1.5 minutes, nearly all of it SST-2's 67,349 training sentences).
 TIMES = {'gpu': {'fixed_cold': 90.0, 'fixed_warm': 40.0, 'tokens_per_s': 2.0e6, 'end': 10.0, 'init': 30.0,
-                 'glue': 120.0},
-         'cpu': {'fixed_cold': 8.0, 'fixed_warm': 8.0, 'tokens_per_s': 2000.0, 'end': 2.0, 'init': 8.0, 'glue': 15.0},
+                 'glue': 120.0, 'probe': 30.0},
+         'cpu': {'fixed_cold': 8.0, 'fixed_warm': 8.0, 'tokens_per_s': 2000.0, 'end': 2.0, 'init': 8.0, 'glue': 15.0,
+                 'probe': 10.0},
          # the laptop study's 4 x 256 model on 2 cores (bf16 on an AMD EPYC: ~7,300 tokens/s, STS-B 211 s; float32
          # on an Intel Xeon without bf16: ~3,500 tokens/s), a fine-tune per task, as the tasks of a job differ there
          'laptop': {'fixed_cold': 60.0, 'fixed_warm': 40.0, 'tokens_per_s': 3500.0, 'end': 5.0, 'init': 20.0,
-                    'glue': 0.0, 'glue_sst2': 450.0, 'glue_stsb': 350.0, 'glue_mrpc': 240.0, 'glue_rte': 210.0}}
-for _t, _p in zip(TIMES.values(), (30.0, 10.0, 120.0)):
-    _t['probe'] = _p  # probe.py of one model: ~1.5 minutes on 2 cores, nearly all of it SST-2's 67,349 sentences
+                    'glue': 0.0, 'glue_sst2': 450.0, 'glue_stsb': 350.0, 'glue_mrpc': 240.0, 'glue_rte': 210.0,
+                    'probe': 120.0}}
 FOLLOW = ('glue', 'probe')  # the kinds of job that take a pre-training's model
 DRY = {  # what --dry sets, unless given
     'train_args': '--device=cpu --dtype=float32 --compile=False --n_layer=1 --n_head=2 --n_embd=32 --n_inner=64 '
@@ -392,43 +394,53 @@ def read_records():
             recs[f[:-6]] = read_record(path, WHO)
         elif f.endswith('.json'):
             recs[f[:-5]] = read_json_record(path)
+    if both := sorted(n for n in recs if n + '.diverged' in recs):  # one outcome per run
+        raise SystemExit(f"{WHO}: {records}/ holds both a record and a .diverged.json of {', '.join(both)}: move the "
+                         "one that is not the run's away")
     return recs
 
 
 def read_json_record(path, shown=None):
+    """A JSON record of <records>/, read by its kind's one reader (a fine-tune's: study_glue's; a probe's; a diverged
+    pilot run's); one that does not fit: one line naming it as `shown` (a member of an archive being unpacked)."""
     shown = shown or path
     try:
-        r = read_json(path, f'{WHO} record')
-    except SystemExit as e:
-        raise SystemExit(f"{WHO}: {e}".replace(path, shown))
-    if path.endswith('.diverged.json'):  # only a pilot pre-training can diverge and be a result (diverged())
-        ok = isinstance(r, dict) and isinstance(r.get('message'), str) and os.path.basename(path).startswith('pilot_')
-    elif path.endswith('.probe.json'):  # probe.py's result: the field that does not fit, named
-        try:
+        if path.endswith('.probe.json'):
             return read_checked(path, PROBE_RECORD, WHO)
-        except SystemExit as e:
-            raise SystemExit(str(e).replace(path, shown))
-    else:
-        ok = isinstance(r, dict) and isinstance(r.get('request'), dict) and isinstance(r.get('runs'), dict) and \
-            all(t in TASKS for t in r['runs']) and not damaged(r['runs'])
-    if not ok:
-        raise SystemExit(f"{WHO}: {shown} is not a whole study record: restore it (git checkout {shown}) or move it "
-                         "away and run again")
-    return r
+        if not path.endswith('.diverged.json'):
+            return study_glue.read_glue_record(path, WHO)
+        if not os.path.basename(path).startswith('pilot_'):  # only a pilot pre-training can diverge and be a result
+            raise SystemExit(f"{WHO}: {path} is not a whole study record (only a pilot run can diverge): restore it "
+                             f"(git checkout {path}) or move it away and run again")
+        return read_checked(path, DIVERGED_RECORD, WHO)
+    except SystemExit as e:
+        raise SystemExit(str(e).replace(path, shown))
+
+
+def other_settings(config, data, s):
+    """What makes a run of `config` on the data of fingerprint `data` another run than the step s: the same data
+    unpacked elsewhere is the same (its fingerprint decides: in a training call the step's own corpus's, else one the
+    records name)."""
+    same = data == FOLDER_DATA[s.data] if FOLDER_DATA else data in DATA
+    return [c for c in differ(config, s.cmd) if not c.startswith('dataset ') or not same]
 
 
 def done(s, recs):
     """The step's record is there, and of these settings (another one is refused: nothing is overwritten)."""
     r = recs.get(s.name)
-    if s.kind == 'probe':  # probe.py has no settings of the study's: its record is the result
+    if s.kind == 'probe':  # probe.py has no settings of the study's: its record is the result, of this model point
+        if r and (r.get('model'), r.get('step')) != (s.of, s.step):
+            raise SystemExit(f"{WHO}: {s.record} holds the probes of {r.get('model')} at step {r.get('step')}, not of "
+                             f"{s.of} at step {s.step}: move it away")
         return r is not None
     if s.kind != 'glue':
         if s.name + '.diverged' in recs:
             return True
-        changed = [c for c in differ(r[0]['config'], s.cmd) if not c.startswith('dataset ') or not DATA or
-                   r[0].get('data') not in DATA] if r else []  # the same data (its fingerprint) unpacked elsewhere
-        if changed:
+        if r and (changed := other_settings(r[0]['config'], r[0].get('data'), s)):
             raise SystemExit(f"{WHO}: {s.record} is a run of other settings ({', '.join(changed)}): move it away")
+        if r and r[1][-1]['step'] != s.step:  # a run's record is written when it ends: at its last step
+            raise SystemExit(f"{WHO}: {s.record} ends at step {r[1][-1]['step']}, not at its run's last step {s.step} "
+                             f"(cut or edited): restore it (git checkout {s.record}) or move it away")
         return r is not None
     if r is None:
         return False
@@ -507,7 +519,7 @@ def estimates(recs, device):
     pre = [h['timing'] for h in heads if h.get('gpu') == device['name'] and 'timing' in h]
     for key, pick in (('fixed_cold', lambda x: x.get('cold') and not x['init']),
                       ('fixed_warm', lambda x: not x.get('cold') and not x['init']), ('end', lambda x: not x['init'])):
-        seen = [x['end' if key == 'end' else 'fixed'] for x in pre if pick(x) and 'fixed' in x]
+        seen = [x['end' if key == 'end' else 'fixed'] for x in pre if pick(x) and 'fixed' in x and 'end' in x]
         t[key] = max(seen) if seen else t[key]
     rates = [x['tokens_per_s'] for x in pre if x.get('tokens_per_s')]
     t['tokens_per_s'] = min(rates) if rates else t['tokens_per_s']
@@ -595,22 +607,32 @@ class Runner:
               flush=True)
         return True
 
+    def made_by(self, s):
+        """The record of the run that made the model of the fine-tune or probe s, from the model's own run id (in its
+        result): the first run's or a rerun's, an earlier call's too; before that run has a record, the one it
+        will have."""
+        res = read_json(os.path.join(s.folder, 'glue', 'glue_results.json') if s.kind == 'glue' else
+                        os.path.join(s.folder, 'probe.json'), f'{WHO} result')
+        model = (res.get('protocol') or {}).get('pretrained') if s.kind == 'glue' else res.get('pretrained')
+        run_id = model.get('run_id') if isinstance(model, dict) else None
+        named = sorted(n for n, r in self.recs.items() if isinstance(r, tuple) and run_id and r[0].get('run_id') ==
+                       run_id and (n == s.owner or n.startswith(s.owner + '.rerun')))
+        return named[0] if named else self.made.get(s.owner, s.owner)
+
     def finish(self, s):
         """The job ended well: its record written, and the run's records bundled into `out`."""
         start, beside, cold = self.started[s.name]
         job_s = round(time.time() - start, 1)
         if s.kind == 'glue':
-            write_glue_record('glue', s.cmd, s.folder, s.record)
-            r = read_json(s.record, f'{WHO} record')
-            r.update(gpu=self.device['name'], job_s=job_s, jobs_beside=beside, model=s.of,
-                     **({'threads': self.device['threads']} if 'threads' in self.device else {}),
-                     step=s.step, tokens=s.tokens, pretrained_by=self.made.get(s.owner, s.owner))
-            write_json(s.record, r)
+            write_glue_record('glue', s.cmd, s.folder, s.record, {
+                'gpu': self.device['name'], 'job_s': job_s, 'jobs_beside': beside, 'model': s.of,
+                **({'threads': self.device['threads']} if 'threads' in self.device else {}),
+                'step': s.step, 'tokens': s.tokens, 'pretrained_by': self.made_by(s)})
             path = s.record
         elif s.kind == 'probe':
             r = read_json(os.path.join(s.folder, 'probe.json'), f'{WHO} probe result')
             r.update(gpu=self.device['name'], job_s=job_s, model=s.of, step=s.step, tokens=s.tokens,
-                     pretrained_by=self.made.get(s.owner, s.owner))
+                     pretrained_by=self.made_by(s))
             write_json(s.record, r)
             path = s.record
         else:
@@ -627,10 +649,9 @@ class Runner:
                 self.paused.add(s.name)
                 return f"paused at step {trained(s)} for its snapshot's fine-tunes ({job_s:.0f} s)"
             self.made[s.name] = os.path.basename(path)[:-len('.jsonl')]  # a rerun's record: at each pause too, so
-            write_record(path, s.folder, ' '.join(['python train.py', *s.cmd]), self.u[s.data])  # its fine-tunes
-            add_to_head(path, {'gpu': self.device['name'], 'data': self.data[s.data],  # name it
-                               'timing': run_timing(s, start, job_s, cold),
-                               **({'threads': self.device['threads']} if 'threads' in self.device else {})})
+            write_record(path, s.folder, ' '.join(['python train.py', *s.cmd]), self.u[s.data], {  # its fine-tunes
+                'gpu': self.device['name'], 'data': self.data[s.data], 'timing': run_timing(s, start, job_s, cold),
+                **({'threads': self.device['threads']} if 'threads' in self.device else {})})  # name it
         paused = s.kind not in FOLLOW and paused
         (self.paused if paused else self.finished).add(s.name)  # a pause ends when it starts again (may_start)
         self.written += [path] if path not in self.written else []
@@ -670,25 +691,18 @@ def run_timing(s, start, job_s, cold):
                 rates.append(r['tokens_per_s'])
     out = {'job_s': job_s, 'cold': cold, 'init': s.kind == 'init'}
     if evals and evals[0]['time'] < start:  # resumed: its earlier calls' clock is not this one's
-        out.update(resumed=True, end=round(start + job_s - evals[-1]['time'], 1))
+        out.update(resumed=True, end=max(0.0, round(start + job_s - evals[-1]['time'], 1)))  # a clock stepped back
         if rates:
             out['tokens_per_s'] = round(float(np.median(rates)))
     elif evals:
-        out.update(fixed=round(evals[0]['time'] - start, 1), end=round(start + job_s - evals[-1]['time'], 1))
+        out.update(fixed=max(0.0, round(evals[0]['time'] - start, 1)),
+                   end=max(0.0, round(start + job_s - evals[-1]['time'], 1)))
     if len(evals) >= 2 and evals[-1]['time'] > evals[0]['time'] and 'resumed' not in out:
-        out['tokens_per_s'] = round(s.tokens / s.step * (evals[-1]['step'] - evals[0]['step']) /
-                                    (evals[-1]['time'] - evals[0]['time']))
+        out['tokens_per_s'] = max(1, round(s.tokens / s.step * (evals[-1]['step'] - evals[0]['step']) /
+                                           (evals[-1]['time'] - evals[0]['time'])))
     if rates:
         out['ms_per_step'] = round(1000 * s.tokens / s.step / float(np.median(rates)), 3)
     return out
-
-
-def add_to_head(path, extra):
-    """More facts in a record's first line (written whole again)."""
-    with open(path) as f:
-        lines = f.read().split('\n')
-    lines[0] = json.dumps({**json.loads(lines[0]), **extra})
-    atomic_write(path, lambda f: f.write('\n'.join(lines)), mode='w')
 
 
 def bundle(written, started):
@@ -707,8 +721,13 @@ def command(s, todo):
     if s.kind == 'glue':
         return ['finetune_glue.py', f'--init_from={s.model}', *s.cmd, f'--out_dir={s.folder}/glue',
                 f'--data_dir={glue_dir}']
-    return ['train.py', *s.cmd, f'--out_dir={s.folder}'] + (
-        ['--init_from=resume'] if os.path.exists(os.path.join(s.folder, 'ckpt.pt')) else []) + (
+    # a cut run is resumed only under its own settings: its record would describe a run it was not
+    resume = os.path.exists(os.path.join(s.folder, 'ckpt.pt'))
+    head = resume and log_head(os.path.join(s.folder, 'log.jsonl'))
+    if head and (changed := other_settings(head['config'], head.get('data'), s)):
+        raise SystemExit(f"{WHO}: {s.folder} holds a cut run of other settings ({', '.join(changed)}) than "
+                         f"{s.name}'s: move it away (the next call starts the run again)")
+    return ['train.py', *s.cmd, f'--out_dir={s.folder}'] + (['--init_from=resume'] if resume else []) + (
         [f'--pause_at={k}'] if (k := pause_step(s, todo)) else [])
 
 
@@ -1439,7 +1458,7 @@ def from_clone(cfg):
 
 
 def main(given):
-    global carry, data_dir, out_dir, records, summary, figures, out, glue_dir, DATA, budget_s, stop_s
+    global carry, data_dir, out_dir, records, summary, figures, out, glue_dir, DATA, FOLDER_DATA, budget_s, stop_s
     global arms, tasks, seeds, glue_seeds, pilot_tasks, calib_tasks
     if dry:
         for k, v in DRY.items():
@@ -1513,13 +1532,15 @@ def main(given):
             try:  # the other corpora must have data_dir's vocabulary: the untrained model is theirs too
                 _, val, meta = load_dataset(d, vocab, cfg['block_size'])
             except SystemExit as e:
-                raise SystemExit(f"{WHO}: {e}" + (f" (corpora: each of data_dir's vocabulary)" if vocab else ''))
+                raise SystemExit(f"{WHO}: {e}")
             vocab = meta['vocab_size']
             u[d] = unigram_loss(d, cfg['block_size'], cfg['batch_size'], cfg['eval_iters'])
             data[d] = fingerprint(d, meta, val)
-        DATA = set(data.values())
+        DATA, FOLDER_DATA = set(data.values()), data
         runner, stopped = run_phase(cfg, dev, u, data)
-        n, left = len(runner.written), list(runner.dropped) + runner.stopped
+        never = [x for x, st in runner.steps.items() if x not in runner.started and x not in runner.dropped and
+                 not done(st, runner.recs)]  # the stop came before they were reached
+        n, left = len(runner.written), list(runner.dropped) + runner.stopped + never
         print(f"{WHO}: this run recorded {n} job{'s' * (n != 1)} in {time.monotonic() - T0:.0f} s "
               f"({os.path.join(out, 'records.tar')}); left for the next run: {', '.join(left) or 'nothing'}",
               flush=True)

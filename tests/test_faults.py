@@ -270,7 +270,7 @@ def test_13_a_benchmark_scores_the_readable_snapshots_and_names_the_other(tmp_pa
     p = run_glue(f"--benchmark={train_out}", f"--data_dir={tmp_path / 'glue'}", "--tasks=rte", "--seeds=1",
                  "--epochs=1", f"--out_dir={tmp_path / 'bench'}")
     assert p.returncode == 1 and "Traceback" not in p.stderr and "weights_only" not in p.stdout + p.stderr
-    assert "1 unreadable checkpoint(s) skipped" in p.stderr and "ckpt_0000200.pt" in p.stderr
+    assert "1 checkpoint(s) refused and skipped" in p.stderr and "ckpt_0000200.pt" in p.stderr
     b = json.loads((tmp_path / "bench" / "benchmark.json").read_text())
     assert [r["step"] for r in b["records"]] == [100, 300]
 

@@ -2,6 +2,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 import types
 
@@ -345,6 +346,12 @@ def test_nothing_wrong_is_recorded(tmp_path):
     saved = torch.load(tmp_path / 'kept' / 'rte_s1.pt', weights_only=True)
     assert p.returncode == 0 and saved['num_labels'] == 2 and list(saved['labels']) == ['entailment', 'not_entailment']
     assert set(saved['model']) >= {'pooler.weight', 'classifier.weight', 'encoder.wte.weight'}
+    assert saved['protocol']['learning_rate'] == fg.learning_rate and 'init_from' not in saved['protocol']
+    (tmp_path / 'other').mkdir()  # a kept classifier of other settings is not this result's: refused, left as it is
+    shutil.copy(tmp_path / 'kept' / 'rte_s1.pt', tmp_path / 'other' / 'rte_s1.pt')
+    p = run(*args, f'--out_dir={tmp_path / "other"}', '--save_models=True', '--learning_rate=3e-4')
+    assert p.returncode == 1 and 'fine-tuned with other settings (learning_rate 1e-05, not 0.0003)' in p.stderr
+    assert 'Traceback' not in p.stderr and not (tmp_path / 'other' / 'glue_results.json').exists()
     sts = tmp_path / 'glue' / 'STS-B' / 'dev.tsv'
     lines = sts.read_text().split('\n')
     lines[2] = lines[2].rsplit('\t', 1)[0] + '\tnan'  # a NaN label: refused, naming the line
@@ -357,15 +364,16 @@ def test_checkpoint_benchmark(tmp_path):
     synthetic(tmp_path / 'glue', 128, 64)
     train_out = tmp_path / 'train'
     os.makedirs(train_out / 'snapshots')
-    for step in (100, 200, 300):
-        save_ckpt(train_out / 'snapshots' / f'ckpt_{step:07d}.pt', iter_num=step, seed=step)
+    for step in (100, 200, 300):  # the first renamed: its name is not its step
+        save_ckpt(train_out / 'snapshots' / f'ckpt_{step:07d}.pt', iter_num=step + 50 * (step == 100), seed=step)
     save_ckpt(train_out / 'ckpt.pt', iter_num=400, seed=400, optimizer={})
     out = tmp_path / 'bench'
     p = run(f'--benchmark={train_out}', '--snapshot_every=2', f'--data_dir={tmp_path / "glue"}', '--tasks=rte',
             '--seeds=1', '--epochs=2', '--learning_rate=1e-3', f'--out_dir={out}')
-    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.returncode == 1 and 'Traceback' not in p.stderr, p.stderr[-2000:]  # the others scored, that one named
+    assert '1 checkpoint(s) refused and skipped' in p.stderr and 'its name says step 100, it holds step 150' in p.stderr
     b = json.loads((out / 'benchmark.json').read_text())
-    assert [r['step'] for r in b['records']] == [100, 300, 400]  # every 2nd counted back from 300, then ckpt.pt
+    assert [r['step'] for r in b['records']] == [300, 400]  # every 2nd counted back from 300, then ckpt.pt
     assert b['final_score'] == b['records'][-1]['score']
     assert b['target_95'] == pytest.approx(0.95 * b['final_score'])
     assert b['step_95'] == next(r['step'] for r in b['records'] if r['score'] >= b['target_95'])

@@ -495,6 +495,12 @@ def test_pause_at_stops_a_run_saved_and_its_resume_goes_on_as_if_never_paused(da
     for kind in ("train", "eval"):
         assert losses(f"{tmp_path}/b", kind) == losses(f"{tmp_path}/a", kind)
     assert [r["step"] for r in read_log(f"{tmp_path}/b", "eval")] == [0, 3, 6, 9]
+    run_train(*args, f"--out_dir={tmp_path}/c", "--pause_at=6", "--checkpoint_interval=6")
+    snap = tmp_path / "c" / "snapshots" / "ckpt_0000006.pt"
+    made = (snap.read_bytes(), snap.stat().st_mtime_ns)
+    p = run_train(*args, f"--out_dir={tmp_path}/c", "--init_from=resume", "--learning_rate=2e-3")
+    assert "not an exact continuation" in p.stdout  # the snapshot at the pause is the first call's, as it was made
+    assert (snap.read_bytes(), snap.stat().st_mtime_ns) == made
 
 
 def run_train_clocked(*args, tick=0.5):

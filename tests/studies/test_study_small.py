@@ -122,6 +122,10 @@ def test_a_hard_stop_keeps_what_finished_and_the_next_run_continues(pilot, tmp_p
     finished = sorted(os.path.basename(x) for x in re.findall(r"done \S+ in .*?: (\S+) \(", p.stdout))
     assert "stopped while running (the next run starts them again)" in p.stdout
     assert tar_names(work / "out" / "records.tar") == finished
+    left = re.search(r"left for the next run: (.*)", p.stdout).group(1).split(", ")
+    missing = [m.split(": ")[1] for m in json.loads((work / "summary.json").read_text())["missing"]
+               if m.startswith("calibration: ")]
+    assert missing and set(missing) <= set(left)  # those never started too
     shutil.rmtree(work / "runs")  # the next GPU run starts bare
     shutil.rmtree(work / "data")
     before = {f: (work / "records" / f).read_bytes() for f in os.listdir(work / "records")}
@@ -289,13 +293,62 @@ def test_bad_inputs_are_one_line(pilot, tmp_path):
     w = copy_work(work, tmp_path / "bad")
     path = w / "records" / "init_s1.glue_lr1e-4_s1.json"
     path.write_text('{"request": {}, "runs": {"sst2": {"1": {"dev": {}}}}}')
-    one_line_error(run(w, "--train=False"), f"study_small: {path} is not a whole study record")
+    one_line_error(run(w, "--train=False"), f"study_small: {path}: request must hold at least one entry")
     one_line_error(run(w, "--train=False", "--phase=nothing"), "study_small: phase must be pilot, calibration")
     import torch
     if not torch.cuda.is_available():
         p = subprocess.run([sys.executable, "studies/study_small.py", f"--out={tmp_path}/o", "--phase=pilot"],
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
         one_line_error(p, "study_small: PyTorch sees no GPU")
+
+
+def test_every_record_is_read_for_what_the_runner_does_with_it(pilot, tmp_path):
+    """A record that does not fit what the runner reads of it is one line naming the file and the field: a head
+    field of the wrong type, a fine-tune whose runs are not its request's tasks and seeds, a score that is not the
+    mean of its metrics, a pre-training that ends before its run's last step, a run that both has a record and
+    diverged; and a cut run of other settings is not resumed under the plan's."""
+    def edited(tag, name, change):
+        w = copy_work(pilot[0], tmp_path / tag)
+        path = w / "records" / name
+        text = path.read_text()
+        if name.endswith(".jsonl"):
+            lines = text.splitlines()
+            path.write_text("\n".join(change(lines)) + "\n")
+        else:
+            path.write_text(json.dumps(change(json.loads(text))))
+        return w, path
+
+    def head(change):
+        return lambda lines: [json.dumps(change(json.loads(lines[0])))] + lines[1:]
+    ft = "init_s1.glue_lr1e-4_s1.json"
+    cases = [
+        ("rate", "pilot_lr1e-3_s1.jsonl", head(lambda h: {**h, "timing": {**h["timing"], "tokens_per_s": "fast"}}),
+         "line 1: timing.tokens_per_s must be a number > 0"),
+        ("gpu", "init_s1.jsonl", head(lambda h: {**h, "gpu": 3}), "line 1: gpu must be a string"),
+        ("seed", ft, lambda r: {**r, "runs": {t: {"2": v["1"]} for t, v in r["runs"].items()}},
+         "are not what its request asked for (tasks "),
+        ("mean", ft, lambda r: {**r, "runs": {**r["runs"], "mrpc": {"1": {"dev": {"mrpc": {
+            **r["runs"]["mrpc"]["1"]["dev"]["mrpc"], "score": r["runs"]["mrpc"]["1"]["dev"]["mrpc"]["score"] + 1}}}}}},
+         "is not the mean of its metrics"),
+    ]
+    for tag, name, change, says in cases:
+        w, path = edited(tag, name, change)
+        one_line_error(run(w, "--train=False"), f"study_small: {path}")
+        one_line_error(run(w, "--train=False"), says)
+    w, path = edited("short", "pilot_lr1e-3_s1.jsonl", lambda lines: lines[:-1])  # its last eval gone
+    one_line_error(run(w, "--phase=pilot"), f"{path} ends at step ")
+    w = copy_work(pilot[0], tmp_path / "both")
+    (w / "records" / "pilot_lr1e-3_s1.diverged.json").write_text(json.dumps({"message": "loss is nan"}))
+    one_line_error(run(w, "--train=False"), "holds both a record and a .diverged.json of pilot_lr1e-3_s1")
+    w = copy_work(pilot[0], tmp_path / "cut")  # a cut calibration run of another lr, where the plan's would resume
+    config = json.loads((w / "records" / "pilot_lr1e-3_s1.jsonl").read_text().splitlines()[0])["config"]
+    (w / "runs" / "calib_s1").mkdir(parents=True)
+    (w / "runs" / "calib_s1" / "ckpt.pt").write_bytes(b"")
+    (w / "runs" / "calib_s1" / "log.jsonl").write_text(json.dumps({"type": "run", "run_id": "x", "config": {
+        **config, "learning_rate": 0.5}}) + "\n")
+    p = run(w, "--phase=calibration")
+    one_line_error(p, "holds a cut run of other settings (")
+    assert "learning_rate" in p.stderr and (w / "runs" / "calib_s1" / "ckpt.pt").read_bytes() == b""
 
 
 def test_predict_names_the_jobs_and_their_times(pilot):
@@ -493,6 +546,11 @@ def test_a_rerun_paused_in_one_call_and_resumed_in_the_next_keeps_its_record(lap
     first, again = (ss.read_record(str(work / "records" / f"calib_s1{x}.jsonl")) for x in ("", ".rerun1"))
     assert [(r["step"], r["loss"]) for r in again[1]] == [(r["step"], r["loss"]) for r in first[1]]
     assert not (work / "records" / "calib_s1.rerun2.jsonl").exists()
+    one = sorted(f for f in os.listdir(work / "records") if f.startswith("calib_s1_t1024."))[0]
+    os.remove(work / "records" / one)  # its model made by this rerun in an earlier call: the record names the rerun
+    out = ok(run(work, "--phase=calibration", *LAPTOP))
+    assert re.findall(r"started (\S+)", out) == [one[:-5]]
+    assert json.loads((work / "records" / one).read_text())["pretrained_by"] == "calib_s1.rerun1"
 
 
 def test_a_cpu_run_cut_by_a_signal_resumes_from_its_checkpoint(tmp_path):
@@ -719,4 +777,4 @@ def test_a_calibration_of_two_corpora_against_one_untrained_model_with_probes(tm
     subprocess.run([sys.executable, "prepare_oscar.py", "--source=builtin", f"--out_dir={v}", "--max_docs=50",
                     "--val_docs=10", "--num_proc=1", "--vocab_size=320"], cwd=ROOT, check=True, capture_output=True)
     p = run(work, *args[:4], f"--corpora={v}", *args[5:])
-    one_line_error(p, "vocabulary")
+    one_line_error(p, "was made with a vocabulary of 320 ids")
