@@ -27,7 +27,6 @@ if __name__ == "__main__":  # first: a Ctrl-C during start-up is one line (lib/i
 import datetime
 import gc
 import math
-import os
 import re
 import signal
 import statistics
@@ -44,7 +43,7 @@ from torch.profiler import ProfilerActivity
 from configurator import comma_list, oneline
 from lib.dataloader import mask_tokens, n_masked
 from lib.device import autocast, gpu_peak_flops, resolve_dtype, set_up
-from lib.files import read_json, write_json
+from lib.files import check_replaceable, write_json
 from lib.step import COMPILE_MODES, compile_model, prepare_optimizer
 from model import ATTENTION_TYPES, SDPA_BACKENDS, Bert, BertClassifier, BertConfig, SelfAttention, set_kernels
 
@@ -645,19 +644,11 @@ def print_latency(dtype):
 
 
 def check_json_path(path):
-    """--json, before any timing: a path with nothing there, or a JSON run of bench.py's own (replaced by this run's;
-    each one it ever wrote holds device, torch and ms_per_step or ms_per_forward). Anything else is not replaced:
-    one line, and it is left as it is."""
-    if not os.path.lexists(path):
-        return
-    try:
-        old = read_json(path, "bench JSON")
-    except SystemExit:  # unreadable, a folder, not JSON
-        old = None
-    if not (isinstance(old, dict) and {"device", "torch"} <= old.keys() and old.keys() & {"ms_per_step",
-                                                                                          "ms_per_forward"}):
-        raise SystemExit(f"bench: --json={path} is there and is no JSON run of bench.py's: it is left as it is; name "
-                         "another path, or move it away")
+    """--json, before any timing: nothing there, or a JSON run of bench.py's own (each one it ever wrote holds device,
+    torch and ms_per_step or ms_per_forward), replaced by this run's; anything else is left as it is (one line)."""
+    check_replaceable(path, lambda o: {"device", "torch"} <= o.keys() and bool(o.keys() & {"ms_per_step",
+                                                                                       "ms_per_forward"}),
+                      "bench", "JSON run of bench.py's", f"--json={path}")
 
 
 def main():
@@ -676,9 +667,13 @@ def main():
     check_names(modes.split(","), ("eager", "compiled"), "mode")
     plan = plan_rows(dtype_list)  # every row's spec checked (attention types, HF modes, settings)
     if min(batch_size, block_size, warmup, steps, repeats) < 1 or not 0 < mask_prob < 1 or matmul_size < 0 or \
-            min(build_budget, profile_steps) < 0:
+            min(build_budget, profile_steps, peak_flops) < 0:
         raise SystemExit("bench: batch_size, block_size, warmup, steps and repeats must be >= 1, mask_prob in (0, 1), "
-                         "matmul_size, build_budget and profile_steps >= 0")
+                         "matmul_size, build_budget, profile_steps and peak_flops >= 0")
+    try:  # the shape every row and the latency table share: one that is no model is one line now
+        config("original")
+    except ValueError as e:
+        raise SystemExit(f"bench: {e}")
     n = r"[1-9]\d*"  # shapes and lengths that would time nothing, or break mid-run, are refused now
     if latency and not re.fullmatch(rf"{n}x{n}(,{n}x{n})*", latency) or seq_lens and not re.fullmatch(rf"{n}(,{n})*",
                                                                                                       seq_lens):
@@ -710,11 +705,11 @@ def main():
     for fn in peak_fns.values():
         fn()  # its first call sets the library up
     skipped, failed = [], []
-    signal.signal(signal.SIGTERM, stop_building)  # a time limit stops the building; what was built is reported
-    try:
+    cleanly = signal.signal(signal.SIGTERM, stop_building)  # a time limit stops the building; what was built is
+    try:  # reported
         rows = build_rows(plan, start, skipped, failed, kernels)
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, cleanly)  # then, as before it: one line (lib/interrupt.py), exit 143
     times = median_step_times([r.step for r in rows] + list(peak_fns.values()), warm=True)  # peaks interleaved
     for r, dt in zip(rows, times):
         r.seconds = dt

@@ -22,6 +22,7 @@ MLM accuracy, and what it cannot do. Needs only torch (transformers is needed to
 """
 if __name__ == "__main__":  # first: a Ctrl-C during start-up is one line (lib/interrupt.py)
     from lib import interrupt
+import io
 import json
 import os
 from functools import lru_cache
@@ -29,7 +30,8 @@ from functools import lru_cache
 import torch
 
 from lib.checkpoint import load_checkpoint
-from lib.files import atomic_write, locked
+from configurator import oneline
+from lib.files import locked
 from lib.step import linear_schedule
 from lib.tokenizer import GPT2_PAT_STR, N_GPT2, VOCAB_SIZE, get_tokenizer
 from model import BertConfig
@@ -318,12 +320,23 @@ with sub-layer LayerNorms, has no stock Hugging Face equivalent and export_hf.py
 
 
 def export(ck, out, source=None):
-    """{file name: bytes writer} of the Hugging Face folder for a checkpoint dict (read from the file source)."""
+    """{file name: its bytes} of the Hugging Face folder for a checkpoint dict (read from the file source), made
+    whole before anything is written: a checkpoint whose settings do not fit (edited, damaged) is one line."""
+    try:
+        return {name: make() for name, make in files_of(ck, out, source).items()}
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise SystemExit(f"export_hf: {source or 'the checkpoint'} holds settings it cannot describe ({oneline(e)}): "
+                         "edited, or another program's; export another checkpoint")
+
+
+def files_of(ck, out, source):
     cfg = BertConfig(**ck["model_args"])
     sd = {k: v.detach().to("cpu").contiguous() for k, v in ck["model"].items()}
     weights = hf_weights(cfg, sd)
     if "num_labels" in ck:  # a finetune_glue.py classifier
         n, labels = ck["num_labels"], ck.get("labels")
+        if labels is not None and (not isinstance(labels, (list, tuple)) or len(labels) != n):
+            raise ValueError(f"its labels {str(labels)[:60]} are not a list of its {n} labels")
         weights.update({"bert.pooler.dense.weight": sd["pooler.weight"], "bert.pooler.dense.bias": sd["pooler.bias"],
                         "classifier.weight": sd["classifier.weight"], "classifier.bias": sd["classifier.bias"]})
         id2label = {str(i): str(l) for i, l in enumerate(labels)} if labels else {"0": ck.get("task", "score")}
@@ -343,18 +356,24 @@ def export(ck, out, source=None):
     weights = {k: v.clone() for k, v in weights.items()}  # no shared storage (symmetric's key = query)
     try:
         from safetensors.torch import save as safetensors_bytes
-        files = {"model.safetensors": lambda f: f.write(safetensors_bytes(weights, metadata={"format": "pt"}))}
+        files = {"model.safetensors": lambda: safetensors_bytes(weights, metadata={"format": "pt"})}
     except ImportError:
-        files = {"pytorch_model.bin": lambda f: torch.save(weights, f)}
-    text = lambda obj: (lambda f: f.write(json.dumps(obj, indent=1, ensure_ascii=False).encode()))
+        files = {"pytorch_model.bin": lambda: torch_bytes(weights)}
+    text = lambda obj: (lambda: json.dumps(obj, indent=1, ensure_ascii=False).encode())
     files["tokenizer.json"] = text(tokenizer_json(cfg.vocab_size))
     files["tokenizer_config.json"] = text({
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": cfg.block_size, "cls_token": "[CLS]",
         "sep_token": "[SEP]", "pad_token": "[PAD]", "mask_token": "[MASK]", "clean_up_tokenization_spaces": False,
         "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]})
-    files["README.md"] = lambda f: f.write(model_card(ck, weights, source, out).encode())
+    files["README.md"] = lambda: model_card(ck, weights, source, out).encode()
     files["config.json"] = text(config)  # last: a folder without it is visibly unfinished
     return files
+
+
+def torch_bytes(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
 
 
 HF_FILES = ("config.json", "model.safetensors", "pytorch_model.bin", "tokenizer.json", "tokenizer_config.json",
@@ -372,12 +391,29 @@ def main():
         if others and not overwrite:
             raise SystemExit(f"export_hf: {out_dir} is not empty ({', '.join(sorted(others)[:3])}...): pass "
                              "--overwrite=True to replace it, or choose another out_dir")
-        for name in HF_FILES:  # config.json first: the old export stops counting as finished; then every file
-            if name in others:  # transformers would load, so that nothing of the old one is left
-                os.remove(os.path.join(out_dir, name))
-        for name, write in files.items():  # each file whole or not at all; config.json last
-            atomic_write(os.path.join(out_dir, name), write)
-        os.remove(os.path.join(out_dir, ".lock"))  # not part of a model folder; removed while still held
+        if odd := [n for n in HF_FILES if n in others and not os.path.isfile(os.path.join(out_dir, n))]:
+            raise SystemExit(f"export_hf: {os.path.join(out_dir, odd[0])} is not a file (a user's folder?): it is "
+                             "left as it is, with the rest of the folder; move it away, or choose another out_dir")
+        staged = {n: os.path.join(out_dir, f"{n}.tmp.{os.getpid()}") for n in files}
+        try:
+            try:  # every new file whole beside the old export, which stays whole until all of them are written
+                for name, data in files.items():
+                    with open(staged[name], "wb") as f:
+                        f.write(data)
+                        f.flush()
+                        os.fsync(f.fileno())
+            except OSError as e:
+                raise SystemExit(f"export_hf: cannot write {out_dir} ({e.strerror or e}): " + (
+                    "the old export is as it was" if others else "nothing was exported")) from None
+            for name in HF_FILES:  # config.json first: the old export stops counting as finished; then every file
+                if name in others:  # transformers would load, so that nothing of the old one is left
+                    os.remove(os.path.join(out_dir, name))
+            for name in files:  # then the new ones, config.json last
+                os.replace(staged[name], os.path.join(out_dir, name))
+        finally:
+            for path in [*staged.values(), os.path.join(out_dir, ".lock")]:  # .lock: no part of a model folder
+                if os.path.exists(path):
+                    os.remove(path)
     kind = "ForSequenceClassification" if "num_labels" in ck else "ForMaskedLM"
     print(f"wrote {out_dir} ({BertConfig(**ck['model_args']).attention_type} attention as a stock Bert{kind}): "
           f"{', '.join(files)}\nload it: transformers.AutoModel{kind}.from_pretrained({out_dir!r}), "

@@ -35,7 +35,7 @@ from tqdm import tqdm
 from configurator import check, comma_list, configure, oneline
 from lib.checkpoint import Unreadable, describe, load_checkpoint, model_id, save_checkpoint
 from lib.device import set_up
-from lib.files import locked, read_json, write_json
+from lib.files import check_replaceable, locked, read_json, write_json
 from lib.step import optimizer_step, schedule
 from lib.tokenizer import VOCAB_SIZE, get_tokenizer
 from model import BertClassifier, BertConfig
@@ -310,13 +310,16 @@ def batch(d, idx, device='cpu'):
 # ----------------------------------------------------------------------------- fine-tuning
 
 
-def load_pretrained(path, max_seq_len=0):
+def load_pretrained(path, max_seq_len=0, who='finetune_glue'):
     """(BertConfig, Bert state dict, iter_num, model_id: what its results name) of a train.py checkpoint (full or
-    snapshot), checked."""
+    snapshot), checked (who: the script, in its messages)."""
     ck = load_checkpoint(path)
+    if 'num_labels' in ck:  # what pre-training made is fine-tuned and probed, not a model fine-tuned already
+        raise Unreadable(f"{path} is a classifier fine-tuned on {ck.get('task', 'a task')} (finetune_glue.py "
+                         "--save_models), not a train.py checkpoint: give the pre-trained model it was made from")
     cfg = BertConfig(**ck['model_args'])
     if max_seq_len > cfg.block_size:
-        raise SystemExit(f"finetune_glue: max_seq_len {max_seq_len} > the model's block_size {cfg.block_size}")
+        raise SystemExit(f"{who}: max_seq_len {max_seq_len} > the model's block_size {cfg.block_size}: lower it")
     return cfg, ck['model'], int(ck['iter_num']), model_id(ck)
 
 
@@ -445,7 +448,9 @@ def damaged(runs):
         return None
 
     for task, seeds in runs.items():
-        for seed, r in seeds.items() if isinstance(seeds, dict) else [('?', None)]:
+        if not isinstance(seeds, dict):
+            return f"{task} (its runs are no {{seed: result}} object)"
+        for seed, r in seeds.items():
             if not re.fullmatch(r'0|[1-9][0-9]*', seed):
                 return f"{task} seed {seed} (a seed is written as a plain whole number: {seed!r} would count apart)"
             if not (isinstance(r, dict) and isinstance(r.get('dev'), dict)):
@@ -453,6 +458,8 @@ def damaged(runs):
             for name in (TASKS[task].dev if task in TASKS else ()):
                 if why := wrong(name, r['dev'].get(name)):
                     return f"{task} seed {seed} ({why})"
+            if task in TASKS and (extra := sorted(set(r['dev']) - set(TASKS[task].dev))):  # averaged in: not its own
+                return f"{task} seed {seed} (its dev holds {', '.join(map(str, extra))}, not a dev set of {task})"
     return None
 
 
@@ -562,6 +569,9 @@ def run_benchmark(run_dir, settings):
     """Figure 3: the protocol on the kept snapshots of a train.py run (every snapshot_every-th, counted back from the
     last, and ckpt.pt when it is newer); records score vs. step and the first step at 95% of the final score."""
     with locked(settings.out_dir, 'finetune_glue.py --benchmark'):  # one benchmark per folder, from the start
+        check_replaceable(os.path.join(settings.out_dir, 'benchmark.json'),  # replaced at the end: one of ours only
+                          lambda o: {'records', 'final_score', 'step_95'} <= o.keys(), 'finetune_glue',
+                          "benchmark of finetune_glue.py's")
         snaps = sorted((int(m.group(1)), p) for p in glob.glob(os.path.join(run_dir, 'snapshots', 'ckpt_*.pt'))
                        if (m := re.fullmatch(r'ckpt_(\d+)\.pt', os.path.basename(p))))
         snaps = snaps[::-settings.snapshot_every][::-1]

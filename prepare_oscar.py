@@ -120,7 +120,7 @@ def tokenize_chunk(items, text_field, vocab_size=tokenizer.VOCAB_SIZE):
         if isinstance(item, str):
             try:
                 item = json.loads(item)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: a line nested too deep to parse
                 item = None
         if not isinstance(item, dict):
             out.append(("bad_json", None, None))
@@ -548,7 +548,11 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
     enc, special = tokenizer.get_tokenizer(request["vocab_size"])
     source = request["source"]
     if os.path.exists(final["meta.json"]) and not overwrite:
-        old = read_json(final["meta.json"], "dataset metadata").get("request")
+        old = read_json(final["meta.json"], "dataset metadata")
+        if not isinstance(old, dict):
+            raise SystemExit(f"{final['meta.json']} is not a dataset's metadata (a JSON {type(old).__name__}: another "
+                             "tool's file?): it was left as it is; move it away, or choose another --out_dir")
+        old = old.get("request")
         old = {"vocab_size": tokenizer.VOCAB_SIZE, **old} if isinstance(old, dict) else old  # older: the full vocab
         if old == request:  # the same request again (a re-run quick start): nothing to do
             print(f"{out_dir} already holds this dataset: nothing to do (--overwrite=True rebuilds it)")

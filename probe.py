@@ -43,7 +43,7 @@ TASKS = ('stsb', 'sst2', 'mrpc', 'rte')
 
 def encoder_of(ckpt_path, max_len=0):
     """(the frozen encoder of a train.py checkpoint, float32 in eval mode, its model_id), loaded as fine-tuning does."""
-    cfg, weights, _, model = fg.load_pretrained(ckpt_path, max_len)
+    cfg, weights, _, model = fg.load_pretrained(ckpt_path, max_len, 'probe')
     return BertClassifier.from_pretrained(cfg, weights, 2).encoder.float().eval(), model
 
 

@@ -92,7 +92,8 @@ fused_loss = False  # the MLM loss as logsumexp minus the target's logit, comput
 # -----------------------------------------------------------------------------
 given = {}  # the keys set by config files or --key=value, each with where its value came from
 config = configure(globals(), given=given)
-check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch' or 'resume', got {init_from!r}"),
+settings_ok = lambda: check(
+      "train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch' or 'resume', got {init_from!r}"),
       (min(batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval, save_interval) >= 1,
        "batch_size, gradient_accumulation_steps, eval_interval, eval_iters, log_interval and save_interval must be "
        ">= 1"),
@@ -107,11 +108,13 @@ check("train", (init_from in ("scratch", "resume"), f"init_from must be 'scratch
       (learning_rate > 0 and weight_decay >= 0 and grad_clip >= 0 and eps > 0 and 0 <= beta1 < 1 and 0 <= beta2 < 1
        and qk_lr_scale > 0, "learning_rate, eps and qk_lr_scale must be > 0, weight_decay and grad_clip >= 0, beta1 "
                             "and beta2 in [0, 1)"),
-      (min(warmup_iters, checkpoint_interval, min_iters, target_loss, peak_flops, max_minutes, max_iters) >= 0,
-       "warmup_iters, checkpoint_interval, min_iters, target_loss, peak_flops, max_minutes and max_iters must be >= 0"),
+      (min(warmup_iters, checkpoint_interval, min_iters, target_loss, peak_flops, max_minutes, max_iters, pause_at) >= 0,
+       "warmup_iters, checkpoint_interval, min_iters, target_loss, peak_flops, max_minutes, max_iters and pause_at "
+       "must be >= 0"),
       (0 <= seed < 2 ** 32, f"seed must be in [0, 2**32), got {seed}"),
       (min(n_layer, n_head, n_embd, n_inner, block_size) >= 1,
        "n_layer, n_head, n_embd, n_inner, block_size must be >= 1"))
+settings_ok()
 
 # the run: a new one, or the one in out_dir resumed with its own settings
 run = Run(out_dir, config, given, int(os.environ.get("RANK", 0)), f"train.py {' '.join(sys.argv[1:])}")
@@ -119,6 +122,11 @@ if run.nothing_to_do:
     print(run.nothing_to_do)
     sys.exit(0)
 globals().update({k: v for k, v in config.items() if k != "out_dir"})  # a resumed run's own settings
+if run.resumed:  # checked as the command line's were: a checkpoint's settings edited or damaged are one line
+    try:
+        settings_ok()
+    except SystemExit as e:
+        raise SystemExit(f"{e} (the settings of {run.ckpt_path}: edited or damaged; resume another checkpoint)")
 
 # processes and devices
 ddp, rank, local_rank, world, device, flag_group = set_up_processes(device, gradient_accumulation_steps)

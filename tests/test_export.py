@@ -29,8 +29,8 @@ def perturbed(model):
 
 def write_export(ck, out):
     os.makedirs(out)
-    for name, write in export_hf.export(ck, out).items():
-        atomic_write(os.path.join(out, name), write)
+    for name, data in export_hf.export(ck, out).items():
+        atomic_write(os.path.join(out, name), lambda f, d=data: f.write(d))
     return str(out)
 
 
@@ -266,6 +266,48 @@ def test_the_model_card_describes_the_export(tmp_path):
 
 def write_export_files(files, out):
     os.makedirs(out)
-    for name, write in files.items():
-        atomic_write(os.path.join(out, name), write)
+    for name, data in files.items():
+        atomic_write(os.path.join(out, name), lambda f, d=data: f.write(d))
     return (out / "README.md").read_text()
+
+
+def test_a_damaged_checkpoint_or_folder_and_a_full_disk_leave_every_file_as_it_was(tmp_path, monkeypatch):
+    """#72's battery: a checkpoint whose settings the card cannot describe (mask_prob "0.15") or a classifier whose
+    labels are no list of its labels was a traceback after the weights were written; a user's folder named README.md
+    was a traceback once the old export was half removed; --overwrite on a full disk removed the old export first and
+    left neither."""
+    import resource
+    model = Bert(BertConfig(**TINY))
+    good = {"model": model.state_dict(), "model_args": vars(model.config), "iter_num": 3}
+    cls = BertClassifier(BertConfig(**TINY), 2)
+    cases = {"mask_prob.pt": ({**good, "config": {"dataset": "builtin", "mask_prob": "0.15"}}, "holds settings it "
+                                                                                              "cannot describe"),
+             "labels.pt": ({"model": cls.state_dict(), "model_args": vars(cls.config), "iter_num": 3, "num_labels": 2,
+                            "labels": ["yes", "no", "maybe"], "task": "rte"}, "are not a list of its 2 labels")}
+    for name, (ck, says) in cases.items():
+        torch.save(ck, tmp_path / name)
+        monkeypatch.setattr(export_hf, "init_from", str(tmp_path / name))
+        monkeypatch.setattr(export_hf, "out_dir", str(tmp_path / name[:-3]))
+        with pytest.raises(SystemExit, match=says):
+            export_hf.main()
+        assert not (tmp_path / name[:-3]).exists()  # refused before anything was written
+    torch.save(good, tmp_path / "good.pt")
+    monkeypatch.setattr(export_hf, "init_from", str(tmp_path / "good.pt"))
+    monkeypatch.setattr(export_hf, "out_dir", str(tmp_path / "hf"))
+    export_hf.main()
+    old = {n: (tmp_path / "hf" / n).read_bytes() for n in os.listdir(tmp_path / "hf")}
+    monkeypatch.setattr(export_hf, "overwrite", True)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, hard))  # the new weights do not fit: a full disk
+    try:
+        with pytest.raises(SystemExit, match="cannot write .*: the old export is as it was"):
+            export_hf.main()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert {n: (tmp_path / "hf" / n).read_bytes() for n in os.listdir(tmp_path / "hf") if n != ".lock"} == old
+    os.remove(tmp_path / "hf" / "README.md")
+    (tmp_path / "hf" / "README.md").mkdir()  # a user's folder where the card goes
+    with pytest.raises(SystemExit, match="README.md is not a file"):
+        export_hf.main()
+    assert (tmp_path / "hf" / "README.md").is_dir() and (tmp_path / "hf" / "config.json").read_bytes() == \
+        old["config.json"]

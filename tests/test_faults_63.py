@@ -63,6 +63,8 @@ def test_a_seed_spelled_01_or_a_score_out_of_its_range_is_damaged():
     assert "rte score 101.0 is not in [0, 100]" in fg.damaged({"rte": {"1": result(101.0, accuracy=100.0)}})
     cola = lambda v: {"cola": {"1": {"dev": {"cola": {"mcc": v, "score": v}}}}}
     assert fg.damaged(cola(-20.0)) is None and "not in [-100, 100]" in fg.damaged(cola(-120.0))  # a correlation
+    extra = {"rte": {"1": {"dev": {**result(60.0, accuracy=60.0)["dev"], "sst2": {"accuracy": 100.0, "score": 100.0}}}}}
+    assert "rte seed 1 (its dev holds sst2, not a dev set of rte)" in fg.damaged(extra)  # would be averaged in
 
 
 def test_finetune_glue_refuses_such_results_in_one_line_and_keeps_them(tmp_path):

@@ -93,9 +93,9 @@ def test_an_archive_is_read_whole_or_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(ss, "records", str(tmp_path / "unpacked"))
     for bad in (tmp_path / "header.tar", without):  # the runner's --unpack: all or nothing, and here nothing
         with pytest.raises(SystemExit, match="is not a whole archive .*: nothing was unpacked$"):
-            ss.unpack_records(str(bad))
+            ss.unpack_archive(str(bad))
         assert not (tmp_path / "unpacked").exists()
-    ss.unpack_records(str(made))
+    ss.unpack_archive(str(made))
     assert sorted(os.listdir(tmp_path / "unpacked")) == sorted(p.name for p in recs)
     tgz, _, paragraphs = fake_prose(tmp_path, monkeypatch)  # prepare_oscar.py's books: every one, or none
     assert len(list(po.prose_items(str(tgz)))) == len(paragraphs)

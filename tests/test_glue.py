@@ -262,9 +262,11 @@ def test_checkpoint_errors_are_one_line(tmp_path):
     torch.save({'model': state, 'model_args': {**TINY, 'n_layer': 3}, 'iter_num': 0}, tmp_path / 'wrong.pt')
     nan = {**state, 'encoder.ln.weight': state['encoder.ln.weight'] * float('nan')}
     torch.save({'model': nan, 'model_args': TINY, 'iter_num': 0}, tmp_path / 'nan.pt')
+    torch.save({'model': fg.BertClassifier(BertConfig(**TINY), 2).state_dict(), 'model_args': TINY, 'iter_num': 0,
+                'num_labels': 2, 'task': 'rte'}, tmp_path / 'rte_s1.pt')  # --save_models's: fine-tuned already
     for name, msg in (('missing.pt', 'no checkpoint'), ('junk.pt', 'not a readable checkpoint'),
                       ('other.pt', 'not a train.py checkpoint'), ('wrong.pt', 'do not fit its model_args'),
-                      ('nan.pt', 'non-finite')):
+                      ('nan.pt', 'non-finite'), ('rte_s1.pt', 'is a classifier fine-tuned on rte')):
         with pytest.raises(SystemExit, match=msg) as e:
             fg.load_pretrained(str(tmp_path / name))
         assert '\n' not in str(e.value)
@@ -337,7 +339,8 @@ def test_nothing_wrong_is_recorded(tmp_path):
             f'--out_dir={out}']
     p = run(*args, '--learning_rate=1e30')  # a diverged fine-tuning: an error, not a score of 50
     assert p.returncode == 1 and 'the training loss went non-finite; nothing was recorded' in p.stderr
-    assert 'Traceback' not in p.stderr and not (out / 'glue_results.json').exists()
+    assert 'Traceback' not in p.stderr and not out.exists()  # nothing recorded, no folder left
+    out.mkdir()
     (out / 'glue_results.json').write_text('{"protocol": {"epochs": 1}, "runs": {"rte": {"1": ')  # cut short
     p = run(*args)
     assert p.returncode == 1 and 'cannot read GLUE results' in p.stderr and 'left as it is' in p.stderr
@@ -367,6 +370,13 @@ def test_checkpoint_benchmark(tmp_path):
     for step in (100, 200, 300):  # the first renamed: its name is not its step
         save_ckpt(train_out / 'snapshots' / f'ckpt_{step:07d}.pt', iter_num=step + 50 * (step == 100), seed=step)
     save_ckpt(train_out / 'ckpt.pt', iter_num=400, seed=400, optimizer={})
+    (tmp_path / 'mine').mkdir()
+    (tmp_path / 'mine' / 'benchmark.json').write_text('{"notes": 1}')  # not a benchmark's: never replaced
+    p = run(f'--benchmark={train_out}', f'--data_dir={tmp_path / "glue"}', '--tasks=rte',
+            f'--out_dir={tmp_path / "mine"}')
+    assert p.returncode == 1 and 'is there and is no benchmark of finetune_glue.py' in p.stderr, p.stderr[-2000:]
+    assert not list((tmp_path / 'mine').glob('step_*'))  # refused before any compute
+    assert (tmp_path / 'mine' / 'benchmark.json').read_text() == '{"notes": 1}'
     out = tmp_path / 'bench'
     p = run(f'--benchmark={train_out}', '--snapshot_every=2', f'--data_dir={tmp_path / "glue"}', '--tasks=rte',
             '--seeds=1', '--epochs=2', '--learning_rate=1e-3', f'--out_dir={out}')

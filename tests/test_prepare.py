@@ -53,9 +53,9 @@ def oscar_fixture():
     for i, (name, meta, rule) in enumerate(drop):
         lines.insert(2 * i % len(lines), record(f"dropped {i} ({name}) quick fox", **meta))  # interleaved
         dropped[rule] += 1
-    lines += ['{"content": "truncated line', "[1, 2]", json.dumps({"content": ""}),
-              json.dumps({"content": None, "metadata": {}}), json.dumps({"warc_headers": {}}), "   "]
-    dropped["bad_json"], dropped["no_text"] = 2, 3  # the blank line is no document at all
+    lines += ['{"content": "truncated line', "[1, 2]", json.dumps({"content": ""}), "[" * 100_000,  # too deep to
+              json.dumps({"content": None, "metadata": {}}), json.dumps({"warc_headers": {}}), "   "]  # parse
+    dropped["bad_json"], dropped["no_text"] = 3, 3  # the blank line is no document at all
     return lines, kept, dropped
 
 
@@ -244,6 +244,10 @@ def test_refuses_to_overwrite_a_finished_dataset(tmp_path):
         run(tmp_path, **dict(kw, val_docs=10))
     np.testing.assert_array_equal(read(tmp_path / "out", "train"), before)
     assert run(tmp_path, **dict(kw, val_docs=10, overwrite=True))["documents"]["val"] == 10
+    (tmp_path / "out" / "meta.json").write_text("[1, 2]")  # another tool's file: was a traceback
+    with pytest.raises(SystemExit, match=r"meta.json is not a dataset's metadata \(a JSON list"):
+        run(tmp_path, **kw)
+    assert (tmp_path / "out" / "meta.json").read_text() == "[1, 2]"
 
 
 def test_a_smaller_vocabulary_is_another_dataset(tmp_path):
@@ -495,7 +499,7 @@ def test_full_disk_and_held_out_dir(tmp_path, monkeypatch):
                         real_open(path, mode, *a), raising=False)
     with pytest.raises(SystemExit, match="No space left on device.*nothing was written"):
         run(tmp_path, files=str(tmp_path / "c.jsonl"), block_size=8, val_docs=5)
-    assert os.listdir(tmp_path / "out") == [".lock"]  # no temporary file left behind
+    assert not (tmp_path / "out").exists()  # no temporary file left behind, nor the folder made for it
     monkeypatch.undo()
     holder = subprocess.Popen([sys.executable, "-c", f"from lib import files; import time; files.lock_dir({str(tmp_path / 'out')!r}, "
                                "'another prepare_oscar.py'); print('held', flush=True); time.sleep(60)"],

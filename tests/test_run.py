@@ -1,5 +1,6 @@
 """Is this the same run? train.py's resume policy (run.open_run) and the identity it and study.py share
 (run.run_changes), called directly: no subprocess, no training."""
+import json
 import os
 
 import pytest
@@ -26,8 +27,8 @@ def save_run(folder, iter_num=100, eval_loss=None, **changes):
     model_args = {**vars(BertConfig(**{k: config[k] for k in MODEL})), "vocab_size": 50304}
     os.makedirs(folder, exist_ok=True)
     torch.save({"model": Bert(BertConfig(**model_args)).state_dict(), "model_args": model_args, "iter_num": iter_num,
-                "config": config, "optimizer": {}, "rng": [], "last_eval": iter_num, "eval_loss": eval_loss},
-               os.path.join(folder, "ckpt.pt"))
+                "config": config, "optimizer": {"state": {}, "param_groups": []}, "rng": [], "last_eval": iter_num,
+                "eval_loss": eval_loss}, os.path.join(folder, "ckpt.pt"))
 
 
 def test_run_changes_ignores_where_a_run_is_made_and_where_it_ends():
@@ -108,8 +109,42 @@ def test_a_resume_takes_the_runs_own_settings_and_refuses_another_model(tmp_path
         open_run(str(tmp_path / "other"), {**RUN, "init_from": "resume"}, cli("init_from"))
 
 
-def test_locked_releases_its_folder(tmp_path):
-    with locked(str(tmp_path / "a"), "test"):
-        assert "test (pid" in (tmp_path / "a" / ".lock").read_text()
-    lock_dir(str(tmp_path / "a"), "again")  # free again after the block
-    unlock_dir(str(tmp_path / "a"))
+def test_a_resume_checks_the_runs_own_settings_and_a_start_again_keeps_the_runs_id(tmp_path, capsys):
+    """#72's battery: a checkpoint's own settings were taken unchecked (a dataset of 5: a traceback later); a run
+    started again with no ckpt.pt but its snapshots there (killed before its first save, or ckpt.pt removed) took a
+    new run id, under which its snapshots were made again; a log whose head holds no settings was taken for this
+    run's and replaced."""
+    from lib.run import Run
+    save_run(tmp_path / "run", iter_num=40, dataset=5)  # edited: a number where train.py writes a folder
+    with pytest.raises(SystemExit, match=r"ckpt.pt's own setting dataset is '5', not a str \(edited"):
+        open_run(str(tmp_path / "run"), {**RUN, "init_from": "resume", "dataset": "data/x"}, cli("init_from"))
+    snap = tmp_path / "snap"
+    os.makedirs(snap / "snapshots")
+    (snap / "snapshots" / "ckpt_0000020.pt").write_bytes(b"a snapshot")
+    with pytest.raises(SystemExit, match=r"holds another run \(snapshots/\)"):  # whose? no log says
+        open_run(str(snap), dict(RUN), {})
+    (snap / "log.jsonl").write_text(json.dumps({"type": "run", "run_id": "abc", "config": RUN}) + "\n")
+    run = Run(str(snap), {**RUN, "init_from": "resume"}, cli("init_from"))
+    assert not run.resumed and run.run_id == "abc" and "under its run id, its snapshots made again" in \
+        capsys.readouterr().out
+    unlock_dir(str(snap))
+    (tmp_path / "log").mkdir()
+    log = '{"type": "run", "config": {}}\nmy notes\n'
+    (tmp_path / "log" / "log.jsonl").write_text(log)
+    with pytest.raises(SystemExit, match=r"holds another run \(log.jsonl\)"):
+        open_run(str(tmp_path / "log"), dict(RUN), {})
+    assert (tmp_path / "log" / "log.jsonl").read_text() == log
+
+
+def test_locked_releases_its_folder_and_removes_it_if_it_made_it_and_left_it_empty(tmp_path):
+    """A script refused before it wrote anything leaves no folder of its own (docs/safety.md): locked() released the
+    lock first, so the exit-time tidy, which removes only the folders still held, left <out>/.lock behind."""
+    with locked(str(tmp_path / "a" / "b"), "test"):
+        assert "test (pid" in (tmp_path / "a" / "b" / ".lock").read_text()
+    assert not (tmp_path / "a").exists()  # made for it, left empty: gone, with the parent made for it
+    (tmp_path / "c").mkdir()
+    with locked(str(tmp_path / "c"), "test"):
+        pass
+    assert os.listdir(tmp_path / "c") == [".lock"]  # a user's folder stays
+    lock_dir(str(tmp_path / "c"), "again")  # free again after the block
+    unlock_dir(str(tmp_path / "c"))

@@ -212,6 +212,9 @@ def test_bad_input_messages(data_dir, tmp_path):
     assert "is not a readable checkpoint" in p.stderr and "Traceback" not in p.stderr
     p = run_train(*TINY, "--attention_type=asym", f"--dataset={data_dir}", f"--out_dir={tmp_path}/y", check=False)
     assert "attention_type must be one of" in p.stderr
+    (tmp_path / "notes.txt").write_text("mine")
+    p = run_train(*TINY, f"--dataset={tmp_path / 'notes.txt'}", f"--out_dir={tmp_path}/w", check=False)
+    one_line_error(p, "notes.txt is a file, not a prepare_oscar.py dataset's folder")  # was: --out_dir=<the file>
     for bad, msg in [("--eval_interval=0", "save_interval must be >= 1"), ("--device=gpu", "is not available here"),
                      ("--batch_size=100000", "prepare more data or use a batch_size <=")]:
         p = run_train(*TINY, bad, f"--dataset={data_dir}", f"--out_dir={tmp_path}/z", check=False)
@@ -304,6 +307,12 @@ def test_resume_refuses_another_architecture(data_dir, tmp_path):
     p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4",
                   "--qk_lr_scale=8.0", check=False)  # other parameter groups: the optimizer state cannot fit
     one_line_error(p, "resume with the run's own qk_lr_scale (1.0)")
+    ck = torch.load(os.path.join(out, "ckpt.pt"), weights_only=True)
+    os.makedirs(tmp_path / "edited")
+    torch.save({**ck, "config": {**ck["config"], "eval_interval": 0}}, tmp_path / "edited" / "ckpt.pt")
+    p = run_train(f"--out_dir={tmp_path / 'edited'}", "--init_from=resume", "--max_iters=4", check=False)
+    one_line_error(p, f"eval_interval, eval_iters, log_interval and save_interval must be >= 1 (the settings of "
+                      f"{tmp_path / 'edited' / 'ckpt.pt'}: edited or damaged")  # its own settings, checked as given
     run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4")
 
 
@@ -346,8 +355,9 @@ def test_the_data_decides_a_new_models_vocabulary(data_dir, tmp_path):
                                      ("--qk_lr_scale=0", "learning_rate, eps and qk_lr_scale must be > 0"),
                                      ("--score_scale_warmup=-1", "score_scale_warmup must be >= 0"),
                                      ("--init_from=last", "init_from must be"),
-                                     ("--peak_flops=-1e12", "peak_flops, max_minutes and max_iters must be >= 0"),
-                                     ("--target_loss=-1", "target_loss, peak_flops, max_minutes and max_iters must be >= 0"),
+                                     ("--peak_flops=-1e12", "peak_flops, max_minutes, max_iters and pause_at must be"),
+                                     ("--target_loss=-1", "target_loss, peak_flops, max_minutes, max_iters and pause_at"),
+                                     ("--pause_at=-1", "max_iters and pause_at must be >= 0"),
                                      ("--seed=-1", "seed must be in [0, 2**32)"),
                                      ("--seed=99999999999999999999", "seed must be in [0, 2**32)"),
                                      ("--n_head=0", "n_layer, n_head, n_embd, n_inner, block_size must be >= 1"),

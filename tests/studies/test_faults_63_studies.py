@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, interrupted
+from conftest import ROOT, interrupted, run_script
 from studies import study_glue
 from test_train import one_line_error
 
@@ -67,15 +67,18 @@ def test_a_glue_record_with_seed_01_or_a_score_of_101_is_one_line(tmp_path, monk
 
 # ---- the third study's runner (studies/study_small.py) --------------------------------------------------------------
 def small(*args, timeout=300):
-    return subprocess.run([sys.executable, "studies/study_small.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return run_script("studies/study_small.py", *args, timeout=timeout)
 
 
 @pytest.mark.parametrize("arg,says", [
     ("--seeds=2,2", "study_small: seeds names 2 twice"), ("--glue_seeds=1,01", "study_small: glue_seeds names 1 twice"),
     ("--arms=original,original", "study_small: arms names original twice"),
     ("--pilot_lrs=1e-3,0.001", "pilot_lrs and pilot_glue_lrs must name each learning rate once"),
-    ("--points=0", "points must be token counts > 0"),  # was a ZeroDivisionError
+    ("--points=0", "points, pilot_tokens and tokens must be token counts > 0"),  # was a ZeroDivisionError
+    ("--tokens=0", "points, pilot_tokens and tokens must be token counts > 0"),  # were planned as one eval interval
+    ("--pilot_tokens=0", "points, pilot_tokens and tokens must be token counts > 0"),
+    ("--glue_args=--seeds=3", "glue_args sets --seeds=3, which the study sets itself"),  # every job would be seed 3
+    ("--train_args=--max_iters=9 --dropout=0.0", "train_args sets --max_iters=9, which the study sets itself"),
     ("--points=25M,25M", "study_small: points names 25M twice")])
 def test_small_lists_and_points_are_one_line(tmp_path, arg, says):
     p = small(arg, "--phase=calibration", "--predict=True", "--learning_rate=1e-3", "--glue_lr=1e-4",
@@ -83,12 +86,17 @@ def test_small_lists_and_points_are_one_line(tmp_path, arg, says):
     one_line_error(p, says)
 
 
-@pytest.mark.parametrize("key", ["records", "carry"])
-def test_a_small_path_setting_naming_a_file_is_one_line(tmp_path, key):
+@pytest.mark.parametrize("key,under", [("records", ""), ("carry", ""), ("out", "/o"), ("work", ""), ("work", "/w")])
+def test_a_small_path_setting_naming_a_file_or_nothing_is_one_line(tmp_path, key, under):
+    """A path setting naming a file, or a folder under a file (was a traceback where it was made); --work= empty (an
+    unset shell variable) would put the dry run's folders into the repository."""
     (tmp_path / "f").write_text("mine")
-    p = small(f"--{key}={tmp_path / 'f'}", "--train=False", f"--out={tmp_path / 'o'}")
+    p = small(f"--{key}={tmp_path / 'f'}{under}", "--train=False", *[f"--out={tmp_path / 'o'}"] * (key != "out"),
+              *["--dry=True"] * (key == "work"))
     one_line_error(p, f"study_small: {key} must name a folder, and {tmp_path / 'f'} is a file")
     assert (tmp_path / "f").read_text() == "mine"
+    if key == "work" and not under:
+        one_line_error(small("--work=", "--dry=True", "--phase=pilot"), "work is empty (an unset shell variable?)")
 
 
 def small_record(tmp_path, name, base):
@@ -122,26 +130,36 @@ def test_unpack_refuses_a_name_twice_another_studys_run_and_a_folder_and_is_all_
               "pilot_lr2e-3_s1.jsonl is a run of config/study.py, not of this study's")]
     for tar, says in cases:
         with pytest.raises(SystemExit, match=re.escape(says)):
-            ss.unpack_records(str(tar))
+            ss.unpack_archive(str(tar))
         assert not recs.exists()
     good = tar_of(tmp_path / "good.tar", *[(p, p.name) for p in ours])
     (recs / ours[1].name).mkdir(parents=True)  # a folder at a record's name: was a traceback
     with pytest.raises(SystemExit, match=f"{recs / ours[1].name} is a folder, where"):
-        ss.unpack_records(str(good))
+        ss.unpack_archive(str(good))
     os.rmdir(recs / ours[1].name)
-    real, calls = ss.atomic_write, []
+    from studies import carry
+    real, calls = carry.atomic_write, []
 
     def full_disk(path, write, mode="wb"):  # the second record finds the disk full
         calls.append(path)
         if len(calls) == 2:
             raise SystemExit(f"cannot write {path}: No space left on device; it is unchanged")
         return real(path, write, mode)
-    monkeypatch.setattr(ss, "atomic_write", full_disk)
+    monkeypatch.setattr(carry, "atomic_write", full_disk)
     with pytest.raises(SystemExit, match="No space left on device; it is unchanged; nothing was unpacked"):
-        ss.unpack_records(str(good))
+        ss.unpack_archive(str(good))
     assert os.listdir(recs) == []  # the first one written is taken back: all or nothing
-    monkeypatch.setattr(ss, "atomic_write", real)
-    ss.unpack_records(str(good))
+    monkeypatch.setattr(carry, "atomic_write", real)
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, hard))  # each member is checked from a temporary file first
+    try:
+        with pytest.raises(SystemExit, match="cannot check .*good.tar's records in a temporary folder .*: nothing was "
+                                             "unpacked"):
+            ss.unpack_archive(str(good))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    ss.unpack_archive(str(good))
     assert sorted(os.listdir(recs)) == sorted(p.name for p in ours)
 
 
@@ -155,8 +173,8 @@ def test_a_diverged_record_of_a_run_that_cannot_diverge_is_refused(tmp_path):
 
 
 def test_prepare_refuses_a_corpus_that_is_not_the_studys(data_dir, tmp_path):
-    from studies import study_small as ss
-    ss.toy_glue(str(tmp_path / "glue"))
+    from studies.carry import toy_glue
+    toy_glue(str(tmp_path / "glue"))
     carry = tmp_path / "carry"
     p = small("--prepare=True", f"--carry={carry}", f"--data_dir={data_dir}", f"--glue_dir={tmp_path / 'glue'}")
     one_line_error(p, "holds the 'builtin' corpus, not 'english' (what <carry>/english is)")

@@ -139,3 +139,17 @@ def test_a_record_older_than_a_setting_counts_it_at_its_default(tmp_path):
     assert jobs.differ({**old, "device": "cuda"}, [str(base), "--device=cpu", "--compile=False"]) == []
     assert jobs.differ({**old, "dtype": "bfloat16"}, [str(base), "--dtype=float32"]) == [
         "dtype 'bfloat16' -> 'float32'"]
+
+
+def test_a_probe_record_is_read_for_its_ranges(tmp_path):
+    """A probe's numbers are a Spearman x 100 (STS-B cosine, Jaccard) and accuracies in percent: 250 is no probe's
+    (#63's rule for GLUE results, well-formed is not right), one line naming the field."""
+    from studies.jobs import PROBE_RECORD, read_checked
+    good = {"script": "probe.py", "stsb_cosine": 47.0, "sst2_logreg": 70.0, "stsb_jaccard": 65.3,
+            "mrpc_majority": {"score": 74.8}, "rte_majority": {"accuracy": 52.7}}
+    for field, value in (("stsb_cosine", 250.0), ("sst2_logreg", -1.0), ("stsb_jaccard", -101.0)):
+        (tmp_path / "p.json").write_text(json.dumps({**good, field: value}, indent=1))
+        with pytest.raises(SystemExit, match=rf"p.json, line \d+: {field} must be a (score|percentage) in"):
+            read_checked(str(tmp_path / "p.json"), PROBE_RECORD, "t")
+    (tmp_path / "p.json").write_text(json.dumps(good))
+    assert read_checked(str(tmp_path / "p.json"), PROBE_RECORD, "t") == good

@@ -16,18 +16,18 @@ import time
 
 import numpy as np
 import pytest
+import torch
 
-from conftest import ROOT
+from conftest import ROOT, run_script
 from test_train import one_line_error
-from studies import study_small as ss
+from studies import carry as travel, study_small as ss
 
 
 def run(work, *args, timeout=900):
-    """The runner in dry mode on `work` (its inputs made there on first use), one torch thread per job."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("OUT", None)
-    return subprocess.run([sys.executable, "studies/study_small.py", "--dry=True", f"--work={work}", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=timeout)
+    """The runner in dry mode on `work` (its inputs made there on first use), one torch thread per job; forked from a
+    server that has imported torch (conftest.run_script), no $OUT (its output under work)."""
+    return run_script("studies/study_small.py", "--dry=True", f"--work={work}", *args, env={"OUT": ""},
+                      timeout=timeout)
 
 
 def ok(p):
@@ -274,6 +274,11 @@ def test_unpacking_a_gpu_runs_records(pilot, tmp_path):
     empty = tmp_path / "empty"
     one_line_error(run(work, f"--unpack={bad}", f"--records={empty}"), "init_s9.jsonl is not a whole study record")
     assert not empty.exists()
+    ft = "init_s1.glue_lr1e-4_s1"  # a pre-training's record under a fine-tune's name there: two records of one name
+    with tarfile.open(bad, "w") as t:
+        t.add(work / "records" / "init_s1.jsonl", arcname=f"{ft}.jsonl")
+    one_line_error(run(work, f"--unpack={bad}", f"--records={recs}"), f"holds both {ft}.json and {ft}.jsonl: nothing")
+    assert not (recs / f"{ft}.jsonl").exists()
 
 
 def test_bad_inputs_are_one_line(pilot, tmp_path):
@@ -302,7 +307,7 @@ def test_bad_inputs_are_one_line(pilot, tmp_path):
         one_line_error(p, "study_small: PyTorch sees no GPU")
 
 
-def test_every_record_is_read_for_what_the_runner_does_with_it(pilot, tmp_path):
+def test_every_record_is_read_for_what_the_runner_does_with_it(pilot, tmp_path, monkeypatch):
     """A record that does not fit what the runner reads of it is one line naming the file and the field: a head
     field of the wrong type, a fine-tune whose runs are not its request's tasks and seeds, a score that is not the
     mean of its metrics, a pre-training that ends before its run's last step, a run that both has a record and
@@ -330,16 +335,48 @@ def test_every_record_is_read_for_what_the_runner_does_with_it(pilot, tmp_path):
         ("mean", ft, lambda r: {**r, "runs": {**r["runs"], "mrpc": {"1": {"dev": {"mrpc": {
             **r["runs"]["mrpc"]["1"]["dev"]["mrpc"], "score": r["runs"]["mrpc"]["1"]["dev"]["mrpc"]["score"] + 1}}}}}},
          "is not the mean of its metrics"),
+        ("acc", "init_s1.jsonl", lambda lines: lines[:1] + [json.dumps({**json.loads(lines[1]), "accuracy": 1.5})] +
+         lines[2:], "line 2: accuracy must be a fraction in [0, 1]"),  # an MLM accuracy is a fraction
+        ("dev", ft, lambda r: {**r, "runs": {**r["runs"], "sst2": {"1": {**r["runs"]["sst2"]["1"], "dev": {
+            **r["runs"]["sst2"]["1"]["dev"], "rte": {"accuracy": 100.0, "score": 100.0}}}}}},
+         "its dev holds rte, not a dev set of sst2"),  # glue4 would average it into SST-2's number
     ]
     for tag, name, change, says in cases:
         w, path = edited(tag, name, change)
-        one_line_error(run(w, "--train=False"), f"study_small: {path}")
-        one_line_error(run(w, "--train=False"), says)
+        p = run(w, "--train=False")
+        one_line_error(p, f"study_small: {path}")
+        assert says in p.stderr, p.stderr
     w, path = edited("short", "pilot_lr1e-3_s1.jsonl", lambda lines: lines[:-1])  # its last eval gone
     one_line_error(run(w, "--phase=pilot"), f"{path} ends at step ")
     w = copy_work(pilot[0], tmp_path / "both")
     (w / "records" / "pilot_lr1e-3_s1.diverged.json").write_text(json.dumps({"message": "loss is nan"}))
     one_line_error(run(w, "--train=False"), "holds both a record and a .diverged.json of pilot_lr1e-3_s1")
+    w = copy_work(pilot[0], tmp_path / "names")  # one record a name, the kind its name says, read in this process
+    monkeypatch.setattr(ss, "records", str(w / "records"))
+    for copy, says in (((w / "records" / "init_s1.jsonl", ft + "l"), f"holds both {ft} and {ft}l"),
+                       ((w / "records" / ft, "init_s1.rerun9.json"), "rerun9.json, named as a pre-training run again"),
+                       (("", "pilot_lr1e-2_s1.diverged.json"), "'train: stopped by signal 15', which is no divergence")):
+        if copy[0]:
+            shutil.copy(copy[0], w / "records" / copy[1])
+        else:
+            os.rename(w / "records" / "pilot_lr1e-2_s1.jsonl", w / "records" / "kept.jsonl.x")
+            (w / "records" / copy[1]).write_text(json.dumps({"message": "train: stopped by signal 15"}))
+        with pytest.raises(SystemExit, match=re.escape(says)):
+            ss.read_records()
+        os.remove(w / "records" / copy[1])
+    made = json.loads((w / "records" / "kept.jsonl.x").read_text().splitlines()[0])["command"]
+    (w / "records" / "pilot_lr1e-2_s1.diverged.json").write_text(json.dumps({  # the plan's run, diverged?
+        "message": "train: eval loss is nan at step 3", "command": made + " --learning_rate=0.5"}))
+    one_line_error(run(w, "--train=False"), "pilot_lr1e-2_s1.diverged.json is a run of other settings (learning_rate")
+    notes = tmp_path / "notes.txt"  # a --summary that is no summary of the study's: never replaced
+    notes.write_text("mine")
+    one_line_error(run(pilot[0], "--train=False", f"--summary={notes}", "--figures="), "is there and is no summary")
+    assert notes.read_text() == "mine"
+    w = copy_work(pilot[0], tmp_path / "nolog")  # a cut run of another lr whose log is gone: its ckpt.pt decides
+    ck = torch.load(pilot[0] / "runs" / "pilot_lr1e-3_s1" / "ckpt.pt", weights_only=True)
+    (w / "runs" / "calib_s1").mkdir(parents=True)
+    torch.save({**ck, "config": {**ck["config"], "learning_rate": 0.5}}, w / "runs" / "calib_s1" / "ckpt.pt")
+    one_line_error(run(w, "--phase=calibration"), "holds a cut run of other settings (")
     w = copy_work(pilot[0], tmp_path / "cut")  # a cut calibration run of another lr, where the plan's would resume
     config = json.loads((w / "records" / "pilot_lr1e-3_s1.jsonl").read_text().splitlines()[0])["config"]
     (w / "runs" / "calib_s1").mkdir(parents=True)
@@ -360,7 +397,7 @@ def test_a_refused_prepare_writes_nothing(data_dir, tmp_path):
     """--prepare checks the corpus and every GLUE-4 file before it writes: a malformed file (RTE is read last) is one
     line, and no part of <carry>/ is left behind for the device tool to carry."""
     glue = tmp_path / "glue"
-    ss.toy_glue(str(glue))
+    travel.toy_glue(str(glue))
     with open(glue / "RTE" / "dev.tsv", "a") as f:
         f.write("1\tone\ttwo\tmaybe\n")
     carry = tmp_path / "carry"
@@ -399,16 +436,16 @@ def test_the_runner_survives_its_environment(data_dir, tmp_path, monkeypatch):
         one_line_error(p, "study_small: PyTorch sees no GPU")  # its own line, after the log's
         assert "study_small: cannot write its log" in p.stdout and "(No space left on device)" in p.stdout
     glue, carry = tmp_path / "glue", tmp_path / "carry"
-    ss.toy_glue(str(glue))
-    monkeypatch.setattr(ss, "carry", str(carry))
-    ss.prepare_carry(data_dir, str(glue), corpus="builtin")
+    travel.toy_glue(str(glue))
+    travel.prepare_carry(str(carry), data_dir, str(glue), ss.glue_tasks(), "study_small", corpus="builtin")
     made = {f: (carry / "glue" / f).read_bytes() for f in ("RTE/dev.tsv", "SST-2/train.tsv")}
     monkeypatch.setenv("GPT2_BPE_DIR", str(carry / "gpt2"))  # the carry's own copies, as the GPU run sets it
-    ss.prepare_carry(data_dir, str(carry / "glue"), corpus="builtin")  # its own carry copy: nothing to copy
+    # its own carry copy: nothing to copy
+    travel.prepare_carry(str(carry), data_dir, str(carry / "glue"), ss.glue_tasks(), "study_small", corpus="builtin")
     assert {f: (carry / "glue" / f).read_bytes() for f in made} == made
     monkeypatch.setenv("GPT2_BPE_DIR", str(glue / "RTE" / "dev.tsv"))
     with pytest.raises(SystemExit, match="^study_small: tokenizer: GPT2_BPE_DIR=.*dev.tsv is not a folder"):
-        ss.prepare_carry(data_dir, str(glue), corpus="builtin")
+        travel.prepare_carry(str(carry), data_dir, str(glue), ss.glue_tasks(), "study_small", corpus="builtin")
 
 
 # ----------------------------------------------------------------------------- the laptop study (device=cpu)
@@ -558,16 +595,16 @@ def test_a_cpu_run_cut_by_a_signal_resumes_from_its_checkpoint(tmp_path):
     it; the next call resumes it from its checkpoint (its remaining steps estimated), and its record holds every eval
     of both calls."""
     work = tmp_path / "w"
-    args = ["--phase=pilot", "--device=cpu", "--pilot_lrs=1e-3", "--pilot_glue_lrs=1e-3", "--pilot_tokens=204800",
+    args = ["--phase=pilot", "--device=cpu", "--pilot_lrs=1e-3", "--pilot_glue_lrs=1e-3", "--pilot_tokens=102400",
             "--tasks=rte", "--glue_seeds=1", "--train_args=" + ss.DRY["train_args"].replace(
-                "--eval_interval=2", "--eval_interval=50") + " --save_interval=10"]
+                "--eval_interval=2", "--eval_interval=25") + " --save_interval=5"]  # 200 steps
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("OUT", None)
     p = subprocess.Popen([sys.executable, "studies/study_small.py", "--dry=True", f"--work={work}", *args], cwd=ROOT,
                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     ckpt, t0 = work / "runs" / "pilot_lr1e-3_s1" / "ckpt.pt", time.time()
     log = ckpt.parent / "log.jsonl"
-    while not (log.exists() and '"type": "eval", "step": 50,' in log.read_text()) and p.poll() is None and \
+    while not (log.exists() and '"type": "eval", "step": 25,' in log.read_text()) and p.poll() is None and \
             time.time() - t0 < 300:
         time.sleep(0.05)
     p.send_signal(signal.SIGTERM)
@@ -575,12 +612,12 @@ def test_a_cpu_run_cut_by_a_signal_resumes_from_its_checkpoint(tmp_path):
     assert p.returncode == 143 and "Traceback" not in out, out[-3000:]
     assert not (work / "records" / "pilot_lr1e-3_s1.jsonl").exists() and ckpt.exists()
     cut = ss.read_evals(str(ckpt.parent))[-1]["step"]
-    assert 0 < cut < 400
+    assert 0 < cut < 200
     out = ok(run(work, *args))
     assert re.search(r"pilot_lr1e-3_s1, ~\d+ s", out)
     head, evals = ss.read_record(str(work / "records" / "pilot_lr1e-3_s1.jsonl"))
-    assert [r["step"] for r in evals] == list(range(0, 401, 50)) and head["timing"]["resumed"] is True
-    assert head["config"]["max_iters"] == 400
+    assert [r["step"] for r in evals] == list(range(0, 201, 25)) and head["timing"]["resumed"] is True
+    assert head["config"]["max_iters"] == 200
     assert (work / "runs" / "pilot_lr1e-3_s1" / "job.txt").read_text().count("parameters;") == 2  # two starts
 
 
@@ -771,7 +808,7 @@ def test_a_calibration_of_two_corpora_against_one_untrained_model_with_probes(tm
     r = json.loads((fresh / probes[2]).read_text())
     (fresh / probes[2]).write_text(json.dumps({**r, "stsb_cosine": "50"}))  # a probe record read for its numbers
     one_line_error(run(work, *args, "--train=False", f"--records={fresh}", "--summary=", "--figures="),
-                   "stsb_cosine must be a finite number")
+                   "stsb_cosine must be a score in [-100, 100]")
     # a corpus of another vocabulary is one line before anything runs
     v = tmp_path / "v320"
     subprocess.run([sys.executable, "prepare_oscar.py", "--source=builtin", f"--out_dir={v}", "--max_docs=50",
