@@ -27,14 +27,16 @@ if __name__ == "__main__":  # first: a Ctrl-C during start-up is one line (lib/i
 import datetime
 import gc
 import math
+import os
 import re
 import signal
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 from collections import Counter, defaultdict
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -253,10 +255,31 @@ def square_matmul(dtype, n):
 
 
 # ----------------------------------------------------------------------------- where a step's time goes
+@contextmanager
+def profiler(**settings):
+    """torch.profiler.profile(**settings), without the two lines its C++ side writes to stderr each time in torch 2.13
+    (`USDT:... profiler_start`, `... profiler_stop`): fd 2 goes to a temporary file for the block, and anything else
+    written there comes back to stderr after it."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            with torch.profiler.profile(**settings) as prof:
+                yield prof
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            sys.stderr.write("".join(line for line in tmp.read().decode(errors="replace").splitlines(True)
+                                     if not line.startswith("USDT:")))
+
+
 def profiled(step, n=1):
     """n steps under torch.profiler, with the shapes, strides and dtypes of every op's inputs: (the profile, its wall
     seconds per step)."""
-    with torch.profiler.profile(record_shapes=True, activities=[ProfilerActivity.CPU] + (
+    with profiler(record_shapes=True, activities=[ProfilerActivity.CPU] + (
             [ProfilerActivity.CUDA] if device.startswith("cuda") else [])) as prof:
         t0 = time.perf_counter()
         for _ in range(n):
@@ -583,7 +606,7 @@ def time_attention_kernels(dtype):
                 with sdpa_kernel([backend]) if backend is not None else nullcontext(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # why a kernel was not used: the error below says it
                     fwd_bwd()  # the first call: errors, set-up
-                    with torch.profiler.profile() as prof:
+                    with profiler() as prof:
                         fwd()
                     op = ",".join(sorted({e.name for e in prof.events()
                                           if e.name.startswith("aten::_scaled_dot_product")}))

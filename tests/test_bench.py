@@ -54,6 +54,7 @@ def test_bench_profile_accounts_for_the_step():
     ours and in Hugging Face's, and its matmuls alone take less than the step that holds them."""
     pytest.importorskip("transformers")
     p = bench(*TINY, "--dtypes=float32", "--attention_types=original", "--seq_lens=", "--profile", "--repeats=2")
+    assert "USDT:" not in p.stderr, p.stderr[-2000:]  # torch 2.13's profiler writes 2 lines a profile to stderr
     assert p.returncode == 0, p.stderr[-2000:]
     lines = p.stdout.splitlines()
     table = lines[next(i for i, line in enumerate(lines) if line.startswith("| category |")):]
