@@ -9,6 +9,7 @@ its summary and figures from those records alone (--train=False).
                    pre-training pays on GLUE; its GPU runner, one device call per run
     jobs.py        what they share: the jobs, a few at a time, and the records they leave
     carry.py       what study_small.py carries to the GPU machine (corpus, GLUE, BPE files) and brings back
+    small_report.py study_small.py's summary as Markdown tables and a figure
     stats.py       their small-n statistics (Kaplan-Meier, paired t, exact sign-flip, Holm, TOST)
     config/        their train.py configs and plans
 """
