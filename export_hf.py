@@ -31,7 +31,7 @@ import torch
 
 from lib.checkpoint import load_checkpoint
 from configurator import oneline
-from lib.files import locked
+from lib.files import locked, stage, staged
 from lib.step import linear_schedule
 from lib.tokenizer import GPT2_PAT_STR, N_GPT2, VOCAB_SIZE, get_tokenizer
 from model import BertConfig
@@ -394,14 +394,11 @@ def main():
         if odd := [n for n in HF_FILES if n in others and not os.path.isfile(os.path.join(out_dir, n))]:
             raise SystemExit(f"export_hf: {os.path.join(out_dir, odd[0])} is not a file (a user's folder?): it is "
                              "left as it is, with the rest of the folder; move it away, or choose another out_dir")
-        staged = {n: os.path.join(out_dir, f"{n}.tmp.{os.getpid()}") for n in files}
+        new = {n: staged(os.path.join(out_dir, n)) for n in files}
         try:
             try:  # every new file whole beside the old export, which stays whole until all of them are written
                 for name, data in files.items():
-                    with open(staged[name], "wb") as f:
-                        f.write(data)
-                        f.flush()
-                        os.fsync(f.fileno())
+                    stage(os.path.join(out_dir, name), lambda f: f.write(data))
             except OSError as e:
                 raise SystemExit(f"export_hf: cannot write {out_dir} ({e.strerror or e}): " + (
                     "the old export is as it was" if others else "nothing was exported")) from None
@@ -409,9 +406,9 @@ def main():
                 if name in others:  # transformers would load, so that nothing of the old one is left
                     os.remove(os.path.join(out_dir, name))
             for name in files:  # then the new ones, config.json last
-                os.replace(staged[name], os.path.join(out_dir, name))
+                os.replace(new[name], os.path.join(out_dir, name))
         finally:
-            for path in [*staged.values(), os.path.join(out_dir, ".lock")]:  # .lock: no part of a model folder
+            for path in [*new.values(), os.path.join(out_dir, ".lock")]:  # .lock: no part of a model folder
                 if os.path.exists(path):
                     os.remove(path)
     kind = "ForSequenceClassification" if "num_labels" in ck else "ForMaskedLM"

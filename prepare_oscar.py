@@ -44,7 +44,7 @@ import numpy as np
 from tqdm import tqdm
 
 from configurator import oneline
-from lib.files import locked, read_json, read_tar, remove_stale_temporaries
+from lib.files import locked, read_json, read_tar, remove_stale_temporaries, stage, staged
 from lib import tokenizer
 
 # -----------------------------------------------------------------------------
@@ -576,7 +576,7 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
                 if doc is not None:
                     yield doc, part
 
-    tmp = {name: f"{path}.tmp.{os.getpid()}" for name, path in final.items()}  # renamed only once complete
+    tmp = {name: staged(path) for name, path in final.items()}  # renamed only once complete
     outs = {}
     try:
         outs = {split: open(tmp[f"{split}.bin"], "wb") for split in ("train", "val")}
@@ -620,10 +620,7 @@ def write_dataset(items, out_dir, final, request, block_size, num_proc, max_docs
         meta.update(notes or {})
         if mix:
             meta["mix"] = mix_meta
-        with open(tmp["meta.json"], "w") as f:
-            json.dump(meta, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
+        stage(final["meta.json"], lambda f: json.dump(meta, f, indent=2), mode="w")
         try:
             if os.path.exists(final["meta.json"]):
                 os.remove(final["meta.json"])  # the old dataset stops counting as finished before its files change

@@ -20,20 +20,36 @@ from contextlib import contextmanager
 from configurator import oneline
 
 
-def atomic_write(path, write, mode="wb"):
-    """Write a file whole or not at all: write(f) fills path.tmp.<pid>, which is flushed to disk and renamed over
-    path. On any failure (a full disk, Ctrl-C) the temporary file is removed and path is as it was; a failure of
-    the disk itself ends in one line."""
-    tmp = f"{path}.tmp.{os.getpid()}"
+def staged(path):
+    return f"{path}.tmp.{os.getpid()}"  # a file written beside path, to be renamed over it once whole
+
+
+def stage(path, write, mode="wb"):
+    """write(f) fills staged(path), flushed to disk: its name. On any failure it is removed and the error raised."""
+    tmp = staged(path)
     try:
         with open(tmp, mode) as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
+        return tmp
+    except BaseException:
         try:
             os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def atomic_write(path, write, mode="wb"):
+    """Write a file whole or not at all: write(f) fills staged(path), which is flushed to disk and renamed over
+    path. On any failure (a full disk, Ctrl-C) the temporary file is removed and path is as it was; a failure of
+    the disk itself ends in one line."""
+    try:
+        os.replace(stage(path, write, mode), path)
+    except BaseException as e:
+        try:
+            os.remove(staged(path))
         except OSError:
             pass
         if isinstance(e, OSError):
