@@ -47,6 +47,18 @@ def job_lock(job):
     return f".{os.path.splitext(job.log)[0]}.lock"
 
 
+def launch(argv, log, env):
+    """`python argv`, its output appended to the file log. With STUDY_JOBS_FORKED set (the tests: toy jobs of
+    seconds, most of each its `import torch`), a child of tests/forked.py's fork server, which has imported it."""
+    if env.get('STUDY_JOBS_FORKED'):
+        if 'forked' not in sys.modules:
+            sys.path.insert(0, os.path.join(ROOT, 'tests'))
+        import forked
+        return forked.Child(argv, os.getcwd(), env, log)
+    with open(log, 'a') as f:
+        return subprocess.Popen([sys.executable, *argv], stdout=f, stderr=subprocess.STDOUT, env=env)
+
+
 def run_jobs(todo, at_once, threads, who, may_start=None):  # may_start(job, running names): True starts it,
     # None not yet, False never in this call (a deadline); it is asked only once what the job needs is there
     """Runs the jobs in their order, `at_once` at a time, each once what it needs is there, with `threads` torch
@@ -76,8 +88,7 @@ def run_jobs(todo, at_once, threads, who, may_start=None):  # may_start(job, run
                     continue
                 with locked(job.folder, f'{who}.py'):  # its script's own lock: a train.py there is one line
                     pass
-                with open(os.path.join(job.folder, job.log), 'a') as f:
-                    p = subprocess.Popen([sys.executable, *job.argv], stdout=f, stderr=subprocess.STDOUT, env=env)
+                p = launch(job.argv, os.path.join(job.folder, job.log), env)
                 running[job.name] = (p, job, time.time())
                 print(f"  started {job.name}", flush=True)
             if not running and todo:

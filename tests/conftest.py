@@ -59,7 +59,9 @@ def own_caches(tmp_path_factory):
         path = os.path.join(kept, sub) if k in KEPT else str(root / sub)
         os.makedirs(path, exist_ok=True)
         os.environ[k] = path
+    os.environ["STUDY_JOBS_FORKED"] = "1"  # the study runners' jobs from tests/forked.py's fork server (studies/jobs.py)
     yield before
+    del os.environ["STUDY_JOBS_FORKED"]
     os.environ.update({k: v for k, v in before.items() if v is not None})
     for k in (k for k, v in before.items() if v is None):
         del os.environ[k]

@@ -2,7 +2,8 @@
 library's) that has imported torch, numpy and tiktoken forks a child per call, which then runs the script as
 `python` would: its own argv, cwd, environment, stdout and stderr, `__name__ == "__main__"`, the exit code of its
 SystemExit (a message: printed, exit 1), a traceback and exit 1 for any other exception, atexit handlers at the end.
-Nothing of the project is imported before the fork, so every call imports it afresh. What depends on a fresh
+The study runners' jobs start the same way in the tests (Child: studies/jobs.py, with STUDY_JOBS_FORKED set by
+tests/conftest.py). Nothing of the project is imported before the fork, so every call imports it afresh. What depends on a fresh
 interpreter (a signal while torch loads, Python's own start-up) is tested with a real subprocess instead."""
 import multiprocessing
 import os
@@ -15,14 +16,16 @@ _context = None
 
 
 def _child(argv, cwd, env, out, err):
-    """In the forked child: the script as `python argv...` would run it; never returns."""
+    """In the forked child: the script as `python argv...` would run it, its output appended to the files out and
+    err; never returns."""
     import atexit
     import runpy
     import threading
     import traceback
     code = 1
     try:
-        for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY), (2, err, os.O_WRONLY)):
+        for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+                               (2, err, os.O_WRONLY | os.O_APPEND | os.O_CREAT)):
             os.dup2(os.open(path, mode), fd)
         os.chdir(cwd)
         os.environ.clear()
@@ -56,18 +59,46 @@ def _child(argv, cwd, env, out, err):
         os._exit(code)
 
 
-def run(argv, cwd, env, timeout):
-    """subprocess.run([python, *argv], cwd, env, capture_output=True, text=True, timeout) through the fork server."""
+def _server():
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(PRELOAD)
+    return _context
+
+
+class Child:
+    """`subprocess.Popen([python, *argv], cwd, env, stdout=log, stderr=log)` through the fork server, with the
+    Popen calls the study runners' jobs use (studies/jobs.py: run_jobs, when STUDY_JOBS_FORKED is set)."""
+    def __init__(self, argv, cwd, env, log):
+        self.process = _server().Process(target=_child, args=(list(argv), cwd, dict(env), log, log))
+        self.process.start()
+        self.pid = self.process.pid
+
+    @property
+    def returncode(self):  # Popen's: -N for a signal N
+        return self.process.exitcode
+
+    def poll(self):
+        return self.process.exitcode
+
+    def wait(self):
+        self.process.join()
+        return self.process.exitcode
+
+    def send_signal(self, sig):
+        if self.process.exitcode is None:
+            os.kill(self.pid, sig)
+
+
+def run(argv, cwd, env, timeout):
+    """subprocess.run([python, *argv], cwd, env, capture_output=True, text=True, timeout) through the fork server."""
     base = os.path.join(env.get("TMPDIR") or "/tmp", f"forked-{os.getpid()}-{time.monotonic_ns()}")
     out, err = base + ".out", base + ".err"
     try:
         for path in (out, err):
             open(path, "w").close()
-        p = _context.Process(target=_child, args=(list(argv), cwd, dict(env), out, err))
+        p = _server().Process(target=_child, args=(list(argv), cwd, dict(env), out, err))
         p.start()
         p.join(timeout)
         if p.exitcode is None:

@@ -1,13 +1,11 @@
 """export_hf.py: every paper operator becomes a stock Hugging Face BERT that predicts what ours predicts."""
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import run_script
 import export_hf
 from lib.files import atomic_write
 from lib.tokenizer import encode_with_specials, get_tokenizer
@@ -150,7 +148,7 @@ def test_exported_classifier_gives_our_logits(tmp_path, num_labels, labels):
 
 def test_command_line_refuses_and_fill_mask_works(tmp_path):
     def export(*args):
-        return subprocess.run([sys.executable, "export_hf.py", *args], cwd=ROOT, capture_output=True, text=True)
+        return run_script("export_hf.py", *args)
 
     for kw in (dict(attention_type="additive"), dict(attention_type="hybrid"), dict(sub_ln=True)):
         cfg = BertConfig(**TINY, **kw)
@@ -187,13 +185,10 @@ def test_a_fine_tuned_classifier_exports_end_to_end(tmp_path):
     from test_glue import save_ckpt, synthetic
     synthetic(tmp_path / "glue", 64, 16)
     ckpt = save_ckpt(tmp_path / "ckpt.pt", iter_num=7)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.run([sys.executable, "finetune_glue.py", f"--init_from={ckpt}", f"--data_dir={tmp_path / 'glue'}",
-                        "--tasks=rte", "--seeds=1", "--epochs=1", "--max_seq_len=32", f"--out_dir={tmp_path / 'ft'}",
-                        "--save_models=True"], cwd=ROOT, env=env, capture_output=True, text=True)
+    p = run_script("finetune_glue.py", f"--init_from={ckpt}", f"--data_dir={tmp_path / 'glue'}", "--tasks=rte",
+                   "--seeds=1", "--epochs=1", "--max_seq_len=32", f"--out_dir={tmp_path / 'ft'}", "--save_models=True")
     assert p.returncode == 0, p.stderr[-2000:]
-    p = subprocess.run([sys.executable, "export_hf.py", f"--init_from={tmp_path / 'ft' / 'rte_s1.pt'}",
-                        f"--out_dir={tmp_path / 'hf'}"], cwd=ROOT, env=env, capture_output=True, text=True)
+    p = run_script("export_hf.py", f"--init_from={tmp_path / 'ft' / 'rte_s1.pt'}", f"--out_dir={tmp_path / 'hf'}")
     assert p.returncode == 0 and "BertForSequenceClassification" in p.stdout, p.stderr[-2000:]
     card = (tmp_path / "hf" / "README.md").read_text()
     assert "pipeline_tag: text-classification" in card and "| task | rte (GLUE), fine-tuned with finetune_glue.py, " \
@@ -227,8 +222,7 @@ def test_the_model_card_describes_the_export(tmp_path):
           "eval_loss": 4.87654, "eval_acc": 0.23456}
     (tmp_path / "run" / "snapshots").mkdir(parents=True)
     torch.save(ck, tmp_path / "run" / "ckpt.pt")
-    p = subprocess.run([sys.executable, "export_hf.py", f"--init_from={tmp_path / 'run' / 'ckpt.pt'}",
-                        f"--out_dir={tmp_path / 'hf'}"], cwd=ROOT, capture_output=True, text=True)
+    p = run_script("export_hf.py", f"--init_from={tmp_path / 'run' / 'ckpt.pt'}", f"--out_dir={tmp_path / 'hf'}")
     assert p.returncode == 0, p.stderr
     card = (tmp_path / "hf" / "README.md").read_text()
     n = sum(v.numel() for v in model.parameters())

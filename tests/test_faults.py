@@ -210,9 +210,8 @@ def prose_records(tmp_path, damage):
     shutil.copytree(os.path.join(ROOT, "assets", "study_prose"), rec)
     path = rec / "original_s2.jsonl"
     path.write_bytes(damage(path.read_bytes()))
-    return subprocess.run([sys.executable, "studies/study.py", "studies/config/study_prose_plan.py", "--train=False",
-                           f"--records={rec}", f"--summary={tmp_path}/s.json", "--figures="], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return run_script("studies/study.py", "studies/config/study_prose_plan.py", "--train=False", f"--records={rec}",
+                      f"--summary={tmp_path}/s.json", "--figures=", timeout=300)
 
 
 def test_10_14_a_damaged_or_cut_study_record_is_one_line_and_no_summary(tmp_path):

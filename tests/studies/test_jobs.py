@@ -39,7 +39,15 @@ def after(ready):  # a job's first lines: wait until the sleeper runs
     return f"while not os.path.exists({str(ready)!r}):\n    time.sleep(0.05)\n"
 
 
-def test_jobs_run_in_order_at_most_at_once_each_after_what_it_needs(tmp_path, capsys):
+@pytest.fixture(params=["fork server", "new interpreter"])
+def launcher(request, monkeypatch):
+    """Both ways a job starts (jobs.launch): the suite's, a child of tests/forked.py's fork server
+    (STUDY_JOBS_FORKED, tests/conftest.py), and a study's, a new interpreter."""
+    if request.param == "new interpreter":
+        monkeypatch.delenv("STUDY_JOBS_FORKED")
+
+
+def test_jobs_run_in_order_at_most_at_once_each_after_what_it_needs(tmp_path, capsys, launcher):
     spans = tmp_path / "spans"
     span = f"t0 = time.time(); time.sleep(0.5)\nopen({str(spans)!r}, 'a').write(f'{{t0}} {{time.time()}}\\n')\n"
     rec = tmp_path / "a.rec"
@@ -60,7 +68,7 @@ def test_jobs_run_in_order_at_most_at_once_each_after_what_it_needs(tmp_path, ca
     assert len(t) == 4 and max(sum(s <= a < e for s, e in t) for a, _ in t) <= 2  # never more than 2 at once
 
 
-def test_the_done_line_and_the_threads(tmp_path, capsys):
+def test_the_done_line_and_the_threads(tmp_path, capsys, launcher):
     jobs.run_jobs([job(tmp_path, "a", "print('threads', os.environ['OMP_NUM_THREADS'])\n", lambda: "record x")],
                   1, 3, "t")
     assert re.fullmatch(r"  started a\n  done a in [0-9]+\.[0-9] min: record x\n", capsys.readouterr().out)
@@ -69,7 +77,7 @@ def test_the_done_line_and_the_threads(tmp_path, capsys):
     assert log(tmp_path, "a") == "threads 3\nagain\n"  # appended: a resumed job keeps its earlier output
 
 
-def test_a_failed_job_stops_the_others_and_nothing_more_starts(tmp_path):
+def test_a_failed_job_stops_the_others_and_nothing_more_starts(tmp_path, launcher):
     ready, done = tmp_path / "ready", []
     todo = [job(tmp_path, "sleeper", sleeper(ready), lambda: done.append("sleeper")),
             job(tmp_path, "fails", after(ready) + "print('step 3')\nprint('boom')\nsys.exit(3)\n"),
@@ -80,7 +88,7 @@ def test_a_failed_job_stops_the_others_and_nothing_more_starts(tmp_path):
     assert not (tmp_path / "never").exists()
 
 
-def test_ctrl_c_stops_the_running_jobs_then_goes_on_to_the_scripts_one_line(tmp_path):
+def test_ctrl_c_stops_the_running_jobs_then_goes_on_to_the_scripts_one_line(tmp_path, launcher):
     def interrupt():  # a Ctrl-C while the launcher writes a record
         raise KeyboardInterrupt
     ready = tmp_path / "ready"

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, same
+from conftest import ROOT, run_script, same
 from lib.files import lock_dir, unlock_dir
 from studies.jobs import read_record, unigram_loss
 from studies.stats import holm
@@ -149,9 +149,8 @@ def test_a_run_in_use_is_not_touched(data_dir, tmp_path):
     base.write_text(f'dataset = "{data_dir}"\nn_layer, n_head, n_embd, n_inner = 1, 2, 32, 64\nblock_size = 64\n'
                     'batch_size = 8\nmax_iters = 4\neval_interval = 2\neval_iters = 2\ncompile = False\n')
     lock_dir(str(tmp_path / "runs" / "original_s1"), "a test")  # as if training now
-    p = subprocess.run([sys.executable, "studies/study.py", f"--base={base}", "--arms=original", "--seeds=1",
-                        f"--out_dir={tmp_path}/runs", f"--records={tmp_path}/rec", "--summary=", "--figures=",
-                        "--min_steps=2", "--loss_step=2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = run_script("studies/study.py", f"--base={base}", "--arms=original", "--seeds=1", f"--out_dir={tmp_path}/runs",
+                   f"--records={tmp_path}/rec", "--summary=", "--figures=", "--min_steps=2", "--loss_step=2", timeout=300)
     unlock_dir(str(tmp_path / "runs" / "original_s1"))
     assert p.returncode == 1 and "original_s1 is in use by a test" in p.stderr and not (tmp_path / "rec").exists()
 
@@ -196,9 +195,8 @@ def test_the_prose_plan_summarises_its_committed_records(tmp_path):
     """studies/config/study_prose_plan.py is study.py's plan for the second corpus: from the committed records alone (no
     data), its summary has the pre-registered step-1,000 loss beside the loss at the cap, though its runs train to
     the cap."""
-    p = subprocess.run([sys.executable, "studies/study.py", "studies/config/study_prose_plan.py", "--train=False",
-                        f"--summary={tmp_path}/prose.json", "--figures="], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300)
+    p = run_script("studies/study.py", "studies/config/study_prose_plan.py", "--train=False",
+                   f"--summary={tmp_path}/prose.json", "--figures=", timeout=300)
     assert p.returncode == 0, p.stderr
     s = json.loads((tmp_path / "prose.json").read_text())
     assert s["base_config"] == "studies/config/study_prose.py" and s["min_steps"] == 3000 and s["loss_step"] == 1000
@@ -226,8 +224,8 @@ def test_the_per_seed_table_pairs_each_seed_across_arms(capsys):
 def test_the_committed_summaries_are_what_the_committed_records_give(tmp_path, plan, committed):
     """A fresh clone reproduces each corpus's summary from its records alone: a record committed without its
     summary brought up to date (or a summary edited by hand) fails here."""
-    p = subprocess.run([sys.executable, "studies/study.py", *plan, "--train=False", f"--summary={tmp_path}/s.json",
-                        "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = run_script("studies/study.py", *plan, "--train=False", f"--summary={tmp_path}/s.json", "--figures=",
+                   timeout=300)
     assert p.returncode == 0, p.stderr
     with open(os.path.join(ROOT, "assets", committed)) as f:
         assert same(json.loads((tmp_path / "s.json").read_text()), json.load(f))

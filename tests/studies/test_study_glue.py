@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import ROOT, same
+from conftest import ROOT, run_script, same
 from studies.jobs import read_record
 from studies import study_glue
 from test_glue import write
@@ -167,16 +167,16 @@ def test_a_cut_pre_training_record_is_one_line_naming_study_glue(tmp_path):
     shutil.copytree(os.path.join(ROOT, "assets", "study_glue"), rec)
     path = rec / "original_s2.jsonl"
     path.write_bytes(path.read_bytes()[:-20])
-    p = subprocess.run([sys.executable, "studies/study_glue.py", "--train=False", f"--records={rec}", "--summary=",
-                        "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = run_script("studies/study_glue.py", "--train=False", f"--records={rec}", "--summary=", "--figures=",
+                   timeout=300)
     one_line_error(p, f"study_glue: {path} is not a whole study record (ValueError: its last line is cut)")
 
 
 def test_the_committed_summary_is_what_the_committed_records_give(tmp_path):
     """A fresh clone rebuilds assets/study_glue.json from the records alone (the unfinished jobs listed in it): a
     record committed without its summary brought up to date, or a summary edited by hand, fails here."""
-    p = subprocess.run([sys.executable, "studies/study_glue.py", "--train=False", f"--summary={tmp_path}/s.json",
-                        "--figures="], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    p = run_script("studies/study_glue.py", "--train=False", f"--summary={tmp_path}/s.json", "--figures=",
+                   timeout=300)
     assert p.returncode == 0, p.stderr
     with open(os.path.join(ROOT, "assets", "study_glue.json")) as f:
         assert same(json.loads((tmp_path / "s.json").read_text()), json.load(f))

@@ -630,12 +630,12 @@ def test_a_clone_of_one_commit_runs_the_jobs(tmp_path):
     work = tmp_path / "w"
     args = ["studies/study_small.py", "--dry=True", f"--work={work}", "--clone=True", "--phase=pilot",
             "--budget_s=1", "--stop_s=120", f"--out_dir={work}/runs"]
-    p = subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True, timeout=300)
+    p = run_script(*args, cwd=repo, timeout=300)
     assert f"running from {work}/runs/code/{sha[:12]} (commit {sha[:12]})" in p.stdout, p.stdout + p.stderr
     assert "left for the next run: pilot_lr1e-3_s1" in p.stdout and (work / "out" / "study_small.log").exists()
     with open(repo / "README.md", "a") as f:
         f.write("changed\n")
-    p = subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True, timeout=300)
+    p = run_script(*args, cwd=repo, timeout=300)
     one_line_error(p, "study_small: the tree has uncommitted changes: commit them")
 
 
@@ -671,10 +671,9 @@ def test_job_names_do_not_depend_on_the_order_of_a_list(tmp_path):
     --glue_seeds in another order. A job's tasks are in one order (Table 3's, that of every committed name), and a
     record's request is compared with its lists as sets: the laptop study's records are every job of its plans, the
     summary the same, in whatever order the lists come."""
-    p = subprocess.run([sys.executable, "studies/study_small.py", "studies/config/study_laptop.py", "--train=False",
-                        f"--summary={tmp_path}/s.json", "--figures=", "--tasks=rte,stsb,mrpc,sst2",
-                        "--calib_tasks=sst2,stsb", "--pilot_tasks=sst2,stsb"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    p = run_script("studies/study_small.py", "studies/config/study_laptop.py", "--train=False",
+                   f"--summary={tmp_path}/s.json", "--figures=", "--tasks=rte,stsb,mrpc,sst2", "--calib_tasks=sst2,stsb",
+                   "--pilot_tasks=sst2,stsb", timeout=300)
     ok(p)
     committed = json.loads(open(os.path.join(ROOT, "assets", "study_laptop.json")).read())
     assert json.loads((tmp_path / "s.json").read_text()) == committed and len(committed["missing"]) == 1
@@ -761,8 +760,8 @@ def test_a_calibration_of_two_corpora_against_one_untrained_model_with_probes(tm
     model (its record naming its own data and U); --probes: every model point probed frozen, its record the numbers
     probe.py gives for that checkpoint run by hand, the summary and figure rebuilt byte for byte from the records."""
     other = tmp_path / "other-0.5"  # another corpus of the same vocabulary
-    subprocess.run([sys.executable, "prepare_oscar.py", "--source=builtin", f"--out_dir={other}", "--max_docs=150",
-                    "--val_docs=30", "--num_proc=1"], cwd=ROOT, check=True, capture_output=True)
+    ok(run_script("prepare_oscar.py", "--source=builtin", f"--out_dir={other}", "--max_docs=150", "--val_docs=30",
+                  "--num_proc=1"))
     work = tmp_path / "work"
     args = ("--phase=calibration", "--learning_rate=1e-3", "--glue_lr=1e-3", "--probes=True", f"--corpora={other}",
             "--points=1024", "--tasks=stsb,sst2", "--glue_seeds=1,2", "--budget_s=1200", "--stop_s=1200")
@@ -780,8 +779,7 @@ def test_a_calibration_of_two_corpora_against_one_untrained_model_with_probes(tm
 
     snap = work / "runs" / "calib_other-0p5_s1" / "snapshots" / "ckpt_0000002.pt"  # 1024 tokens: step 2
     hand = tmp_path / "hand"
-    subprocess.run([sys.executable, "probe.py", f"--init_from={snap}", f"--data_dir={work / 'carry' / 'glue'}",
-                    f"--out_dir={hand}"], cwd=ROOT, check=True, capture_output=True)
+    ok(run_script("probe.py", f"--init_from={snap}", f"--data_dir={work / 'carry' / 'glue'}", f"--out_dir={hand}"))
     mine = json.loads((hand / "probe.json").read_text())
     theirs = json.loads((rec / probes[0]).read_text())
     for k in ("stsb_cosine", "sst2_logreg", "stsb_jaccard", "mrpc_majority", "rte_majority", "pretrained"):
@@ -811,7 +809,7 @@ def test_a_calibration_of_two_corpora_against_one_untrained_model_with_probes(tm
                    "stsb_cosine must be a score in [-100, 100]")
     # a corpus of another vocabulary is one line before anything runs
     v = tmp_path / "v320"
-    subprocess.run([sys.executable, "prepare_oscar.py", "--source=builtin", f"--out_dir={v}", "--max_docs=50",
-                    "--val_docs=10", "--num_proc=1", "--vocab_size=320"], cwd=ROOT, check=True, capture_output=True)
+    ok(run_script("prepare_oscar.py", "--source=builtin", f"--out_dir={v}", "--max_docs=50", "--val_docs=10",
+                  "--num_proc=1", "--vocab_size=320"))
     p = run(work, *args[:4], f"--corpora={v}", *args[5:])
     one_line_error(p, "was made with a vocabulary of 320 ids")
