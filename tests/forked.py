@@ -3,13 +3,15 @@ library's) that has imported torch, numpy and tiktoken forks a child per call, w
 `python` would: its own argv, cwd, environment, stdout and stderr, `__name__ == "__main__"`, the exit code of its
 SystemExit (a message: printed, exit 1), a traceback and exit 1 for any other exception, atexit handlers at the end.
 The study runners' jobs start the same way in the tests (Child: studies/jobs.py, with STUDY_JOBS_FORKED set by
-tests/conftest.py). Nothing of the project is imported before the fork, so every call imports it afresh. What depends on a fresh
-interpreter (a signal while torch loads, Python's own start-up) is tested with a real subprocess instead."""
+tests/conftest.py). Nothing of the project is imported before the fork, so every call imports it afresh. What
+depends on a fresh interpreter (a signal while torch loads, Python's own start-up) is tested with a real subprocess
+instead."""
 import multiprocessing
 import os
 import subprocess
 import sys
 import time
+import types
 
 PRELOAD = ["torch", "numpy", "tiktoken"]
 _context = None
@@ -59,20 +61,28 @@ def _child(argv, cwd, env, out, err):
         os._exit(code)
 
 
-def _server():
+def _start(target, args):
+    """A started child of the fork server. A script's own __main__ is hidden while it starts: multiprocessing would
+    otherwise run that script again in the child (spawn.prepare) before the target, the runner's imports with it."""
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(PRELOAD)
-    return _context
+    p, main = _context.Process(target=target, args=args), sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        p.start()
+    finally:
+        sys.modules["__main__"] = main
+    return p
 
 
 class Child:
     """`subprocess.Popen([python, *argv], cwd, env, stdout=log, stderr=log)` through the fork server, with the
     Popen calls the study runners' jobs use (studies/jobs.py: run_jobs, when STUDY_JOBS_FORKED is set)."""
     def __init__(self, argv, cwd, env, log):
-        self.process = _server().Process(target=_child, args=(list(argv), cwd, dict(env), log, log))
-        self.process.start()
+        open(log, "a").close()  # there even if the child dies before it runs the script
+        self.process = _start(_child, (list(argv), cwd, dict(env), log, log))
         self.pid = self.process.pid
 
     @property
@@ -88,7 +98,10 @@ class Child:
 
     def send_signal(self, sig):
         if self.process.exitcode is None:
-            os.kill(self.pid, sig)
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:  # it ended meanwhile (Popen's too)
+                pass
 
 
 def run(argv, cwd, env, timeout):
@@ -98,8 +111,7 @@ def run(argv, cwd, env, timeout):
     try:
         for path in (out, err):
             open(path, "w").close()
-        p = _server().Process(target=_child, args=(list(argv), cwd, dict(env), out, err))
-        p.start()
+        p = _start(_child, (list(argv), cwd, dict(env), out, err))
         p.join(timeout)
         if p.exitcode is None:
             p.kill()
