@@ -23,10 +23,10 @@ from test_train import one_line_error
 from studies import carry as travel, study_small as ss
 
 
-def run(work, *args, timeout=900):
+def run(work, *args, timeout=900, env=None):
     """The runner in dry mode on `work` (its inputs made there on first use), one torch thread per job; forked from a
     server that has imported torch (conftest.run_script), no $OUT (its output under work)."""
-    return run_script("studies/study_small.py", "--dry=True", f"--work={work}", *args, env={"OUT": ""},
+    return run_script("studies/study_small.py", "--dry=True", f"--work={work}", *args, env={"OUT": "", **(env or {})},
                       timeout=timeout)
 
 
@@ -116,8 +116,10 @@ def test_a_hard_stop_keeps_what_finished_and_the_next_run_continues(pilot, tmp_p
     bare machine, skips every recorded job, pre-trains a recorded model again for its missing fine-tunes (no
     checkpoint came back) and does the rest."""
     work = copy_work(pilot[0], tmp_path / "w")
-    # one fine-tune at a time: the whole takes > 30 s even on fast cores, so jobs still run at 25 s
-    p = run(work, "--phase=calibration", "--time_scale=0.01", "--jobs=1", "--budget_s=25", "--stop_s=25")
+    # one job at a time, each a new interpreter as in a study (not the fork server: ~2 s a job on fast cores): 8 jobs
+    # take > 20 s of imports alone, so one still runs at 12 s on any machine
+    p = run(work, "--phase=calibration", "--time_scale=0.01", "--jobs=1", "--budget_s=12", "--stop_s=12",
+            env={"STUDY_JOBS_FORKED": ""})
     assert p.returncode == 3, p.stdout[-3000:] + p.stderr[-3000:]
     finished = sorted(os.path.basename(x) for x in re.findall(r"done \S+ in .*?: (\S+) \(", p.stdout))
     assert "stopped while running (the next run starts them again)" in p.stdout
