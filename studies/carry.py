@@ -94,12 +94,14 @@ def toy_glue(root):
 
 def dry_inputs(work, carry, tasks, who):
     """The dry run's inputs, made once in `work` as --prepare makes them for a GPU run: a toy corpus (the built-in
-    one, a few hundred documents) and toy GLUE, packed into <carry>/."""
+    one, a few hundred documents, in 2,048 ids: a toy model's weights are then not nearly all embedding) and toy
+    GLUE, packed into <carry>/."""
     if os.path.isdir(carry):
         return
     src, toy = os.path.join(work, 'src'), os.path.join(work, 'toy_glue')
     p = subprocess.run([sys.executable, 'prepare_oscar.py', '--source=builtin', f'--out_dir={src}', '--max_docs=300',
-                        '--val_docs=30', '--num_proc=1', '--overwrite=True'], cwd=ROOT, capture_output=True, text=True)
+                        '--val_docs=30', '--num_proc=1', '--vocab_size=2048', '--overwrite=True'], cwd=ROOT,
+                       capture_output=True, text=True)
     if p.returncode:
         raise SystemExit(f"{who}: the dry run's toy corpus: {(p.stderr.strip().splitlines() or [''])[-1]}")
     toy_glue(toy)

@@ -972,8 +972,8 @@ def calibration_of(cfg, recs, pre, steps):
                   None)
         whole = g and all(len(x['tasks']) == len(tasks.split(',')) for x in g.values())
         return {'tokens': st * tokens_per_step(cfg), 'step': st, 'glue_lr': lr, 'mlm_loss': ev and ev['loss'],
-                'mlm_accuracy': ev and ev['accuracy'], 'train_hours': rate and round(st * tokens_per_step(cfg) / rate /
-                                                                                     3600, 3),
+                'mlm_accuracy': ev and ev['accuracy'], 'train_hours': 0.0 if st == 0 else rate and
+                round(st * tokens_per_step(cfg) / rate / 3600, 3),  # a run too short for two clocked evals: None
                 'glue4': float(np.mean([x['score'] for x in g.values()])) if whole else None,
                 'glue4_per_seed': {sd: x['score'] for sd, x in g.items()} if whole else {},
                 'tasks': {t: float(np.mean([x['tasks'][t] for x in g.values() if t in x['tasks']]))

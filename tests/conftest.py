@@ -28,8 +28,9 @@ def run_script(*args, cwd=ROOT, timeout=600, env=None, fresh=False):
 
 def interrupted(*args, log, ready, timeout=120):
     """python ARGS in the repository (one torch thread), sent SIGINT (a Ctrl-C) once the file `log` holds the text
-    `ready`: (its exit code, stdout, stderr)."""
-    p = subprocess.Popen([sys.executable, *args], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    `ready`: (its exit code, stdout, stderr). A new interpreter, and so are the jobs of a study it runs."""
+    env = {k: v for k, v in os.environ.items() if k != "STUDY_JOBS_FORKED"}
+    p = subprocess.Popen([sys.executable, *args], cwd=ROOT, env={**env, "OMP_NUM_THREADS": "1"},
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.monotonic()
     while not (os.path.exists(log) and ready in open(log, errors="replace").read()) and time.monotonic() - t0 < timeout:
@@ -59,7 +60,7 @@ def own_caches(tmp_path_factory):
         path = os.path.join(kept, sub) if k in KEPT else str(root / sub)
         os.makedirs(path, exist_ok=True)
         os.environ[k] = path
-    os.environ["STUDY_JOBS_FORKED"] = "1"  # the study runners' jobs from tests/forked.py's fork server (studies/jobs.py)
+    os.environ["STUDY_JOBS_FORKED"] = "1"  # the study runners' jobs from tests/forked.py's server (studies/jobs.py)
     yield before
     del os.environ["STUDY_JOBS_FORKED"]
     os.environ.update({k: v for k, v in before.items() if v is not None})
@@ -67,13 +68,24 @@ def own_caches(tmp_path_factory):
         del os.environ[k]
 
 
+def builtin(out, *args):
+    subprocess.run([sys.executable, "prepare_oscar.py", f"--out_dir={out}", "--max_docs=300", "--val_docs=30",
+                    "--num_proc=1", *args], cwd=ROOT, check=True, capture_output=True)
+    return str(out)
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory):
-    """The built-in corpus, as the quick start makes it (a few hundred documents are plenty here)."""
-    out = tmp_path_factory.mktemp("data") / "builtin"
-    subprocess.run([sys.executable, "prepare_oscar.py", f"--out_dir={out}", "--max_docs=300", "--val_docs=30",
-                    "--num_proc=1"], cwd=ROOT, check=True, capture_output=True)
-    return str(out)
+    """The built-in corpus as the quick start makes it (a few hundred documents are plenty here), in GPT-2's first
+    2,044 tokens and the 4 specials (prepare_oscar.py --vocab_size=2048): a tiny model's weights are then not nearly all
+    embedding and output layer, so its steps are cheap; the full vocabulary has data_dir_gpt2 and tests of its own."""
+    return builtin(tmp_path_factory.mktemp("data") / "builtin", "--vocab_size=2048")
+
+
+@pytest.fixture(scope="session")
+def data_dir_gpt2(tmp_path_factory):
+    """The same documents in the full vocabulary (50,304 ids), as production runs see them (the GPU tests)."""
+    return builtin(tmp_path_factory.mktemp("data") / "builtin_gpt2")
 
 
 def same(a, b):

@@ -44,8 +44,8 @@ export PYTHONUNBUFFERED=1 PY WORK DATA MAX BENCH TRAIN
 export LOG=${OUT:-$WORK/out}
 mkdir -p "$LOG" "$WORK/runs" || exit 1
 
-part1() {  # xdist, where installed, runs the six tests side by side: mostly compile time, on the CPU
-  local n=; "$PY" -c 'import xdist' 2>/dev/null && n="-n 6"
+part1() {  # xdist, where installed, runs the six tests side by side: mostly compile time (dry: 2, all skipped)
+  local n=; "$PY" -c 'import xdist' 2>/dev/null && n="-n $( ((DRY)) && echo 2 || echo 6)"
   "$PY" -m pytest -q -p no:cacheprovider $n tests/test_gpu.py -k "not bench"; local rc=$?
   echo "FIGURES $(tail -n 1 "$LOG/part1.log" | tr -d '=')"; return $rc
 }

@@ -147,12 +147,12 @@ def test_6_config_values_that_are_not_plain_literals_are_refused(tmp_path):
 def test_8_a_full_disk_during_a_checkpoint_write_is_one_line(data_dir, tmp_path):
     out = str(tmp_path / "run")
     args = [*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--eval_interval=2", "--save_interval=2"]
-    p = run_limited(1 << 20, *args, "--max_iters=2")  # the first save: the log fits, the checkpoint does not
+    p = run_limited(1 << 19, *args, "--max_iters=2")  # the first save: the log fits, the checkpoint does not
     one_line_error(p, "ckpt.pt: File too large; it is unchanged")
     assert not os.path.exists(os.path.join(out, "ckpt.pt")) and sorted(os.listdir(out)) == [
         ".lock", "log.jsonl", "snapshots"]
     run_train(*args, "--max_iters=2")  # it saved nothing: the same command starts it again
-    p = run_limited(1 << 20, *args, "--max_iters=4", "--init_from=resume")  # a later save, on a resume
+    p = run_limited(1 << 19, *args, "--max_iters=4", "--init_from=resume")  # a later save, on a resume
     one_line_error(p, "ckpt.pt: File too large; it is unchanged")
     assert checkpoint.load_checkpoint(os.path.join(out, "ckpt.pt"), resume=True)["iter_num"] == 2
     assert not [n for n in os.listdir(out) if ".tmp." in n]
@@ -180,15 +180,16 @@ def test_9_token_ids_and_meta_json_are_checked(data_dir, tmp_path):
             t.reshape(-1, 64)[:, 5] = value  # in every block: the first batch drawn holds it
             t.tofile(d / f"{split}.bin")
         return change
-    for name, change, msg in (("val", poke("val", 65000), "val.bin holds token id 65000 >= vocab_size 50304"),
+    v = json.loads(open(os.path.join(data_dir, "meta.json")).read())["vocab_size"]  # 2048: 3000 fits uint16, not it
+    for name, change, msg in (("val", poke("val", 3000), f"val.bin holds token id 3000 >= vocab_size {v}"),
                               ("mask", set_meta(special={"mask": 99999}), "meta.json is incomplete or corrupt"),
                               ("type", set_meta(special={"cls": "50258"}), "meta.json is incomplete or corrupt"),
                               ("vocab", set_meta(vocab_size="50304"), "meta.json is incomplete or corrupt")):
         with pytest.raises(SystemExit, match=msg):
-            dataloader.PretrainingData(damaged(name, change), 50304, 64, 8, 0.15, 1)
+            dataloader.PretrainingData(damaged(name, change), v, 64, 8, 0.15, 1)
     d = damaged("train", poke("train", 60000))
     one_line_error(run_train(*TINY, f"--dataset={d}", f"--out_dir={tmp_path}/out", check=False),
-                   "train.bin holds token id 60000 >= vocab_size 50304: the dataset is corrupt")
+                   f"train.bin holds token id 60000 >= vocab_size {v}: the dataset is corrupt")
 
 
 # ---- 10: a damaged byte in a file that is read is one line, or kept -------------------------------------------

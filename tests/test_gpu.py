@@ -35,11 +35,11 @@ def evals(out, kind="eval"):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("compile", [False, True])
-def test_training_on_the_gpu(data_dir, tmp_path, dtype, compile):
+def test_training_on_the_gpu(data_dir_gpt2, tmp_path, dtype, compile):
     if dtype == "bfloat16" and not torch.cuda.is_bf16_supported():
         pytest.skip("this GPU has no bf16")
     out = str(tmp_path / "run")
-    p = train(*SMALL, f"--dataset={data_dir}", f"--out_dir={out}", f"--dtype={dtype}", f"--compile={compile}",
+    p = train(*SMALL, f"--dataset={data_dir_gpt2}", f"--out_dir={out}", f"--dtype={dtype}", f"--compile={compile}",
               "--attention_type=pairwise", "--max_iters=40", "--eval_interval=20")
     assert f"cuda, {dtype}" in p.stdout and ("running eagerly" not in p.stdout)
     e = evals(out)
@@ -48,9 +48,9 @@ def test_training_on_the_gpu(data_dir, tmp_path, dtype, compile):
     assert all(("mfu" in r) == known for r in evals(out, "train"))
 
 
-def test_exact_resume_on_the_gpu(data_dir, tmp_path):
+def test_exact_resume_on_the_gpu(data_dir_gpt2, tmp_path):
     """At 64 tokens (one key block: flash attention's backward is deterministic there; at 512 it is not)."""
-    args = [*SMALL, f"--dataset={data_dir}", "--max_iters=400", "--eval_interval=100", "--compile=False",
+    args = [*SMALL, f"--dataset={data_dir_gpt2}", "--max_iters=400", "--eval_interval=100", "--compile=False",
             "--dtype=bfloat16" if torch.cuda.get_device_capability()[0] >= 8 else "--dtype=float16"]
     train(*args, f"--out_dir={tmp_path}/full")
     p = subprocess.Popen([sys.executable, "train.py", *args, f"--out_dir={tmp_path}/part"], cwd=ROOT,
@@ -91,12 +91,12 @@ def test_a_padded_glue_batch_on_the_gpu():
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 @pytest.mark.parametrize("dtype,compile", [("bfloat16", True), ("float16", False)])
-def test_two_processes_in_the_production_path(data_dir, tmp_path, dtype, compile):
+def test_two_processes_in_the_production_path(data_dir_gpt2, tmp_path, dtype, compile):
     """2 processes over NCCL as a node runs bert: bf16 + compile (DDP, then compile) at 512 tokens, and fp16 + the
     GradScaler under DDP: each trains, saves and resumes."""
     if dtype == "bfloat16" and torch.cuda.get_device_capability()[0] < 8:
         pytest.skip("this GPU has no native bf16")
-    args = [*SMALL, f"--dataset={data_dir}", "--block_size=512", "--batch_size=8", "--max_iters=20",
+    args = [*SMALL, f"--dataset={data_dir_gpt2}", "--block_size=512", "--batch_size=8", "--max_iters=20",
             "--eval_interval=10", f"--dtype={dtype}", f"--compile={compile}", "--gradient_accumulation_steps=4"]
     run = lambda *extra: subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                                          "--nproc_per_node=2", "train.py", *args, *extra], cwd=ROOT,
@@ -113,8 +113,8 @@ def test_two_processes_in_the_production_path(data_dir, tmp_path, dtype, compile
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_two_process_nccl_matches_one(data_dir, tmp_path):
-    args = [*SMALL, f"--dataset={data_dir}", "--max_iters=6", "--eval_interval=3", "--dropout=0.0",
+def test_two_process_nccl_matches_one(data_dir_gpt2, tmp_path):
+    args = [*SMALL, f"--dataset={data_dir_gpt2}", "--max_iters=6", "--eval_interval=3", "--dropout=0.0",
             "--compile=False", "--dtype=float32", "--gradient_accumulation_steps=4"]
     train(*args, f"--out_dir={tmp_path}/one")
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

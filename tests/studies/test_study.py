@@ -88,9 +88,9 @@ def test_comparisons_holm_within_a_family_and_the_new_seeds_alone():
     assert new["seeds"] == ["7", "8", "9"] and new["mean"] == pytest.approx(-0.8 / 3)
 
 
-def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
+def test_the_whole_study_on_tiny_runs(data_dir_gpt2, tmp_path):  # its level, U + 2.5, is GPT-2's vocabulary's
     data = tmp_path / "data"
-    shutil.copytree(data_dir, data)
+    shutil.copytree(data_dir_gpt2, data)
     base = tmp_path / "tiny_study.py"
     base.write_text(f'dataset = "{data}"\nn_layer, n_head, n_embd, n_inner = 1, 2, 32, 64\nblock_size = 64\n'
                     'batch_size = 8\ngradient_accumulation_steps = 1\nmax_iters = 12\nlearning_rate = 1e-2\n'
