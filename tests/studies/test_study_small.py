@@ -251,11 +251,11 @@ def test_the_comparison_per_arm(pilot, tmp_path):
         assert p["seeds"] == ["2", "3"] and set(p["glue4"]) == {"2", "3"} and p["ms_per_step"] > 0
         assert set(p["mlm_accuracy_at_cap"]) == {"2", "3"} and set(p["plateau_exit_step"]) == {"2", "3"}
     ends = {c["endpoint"] for c in s["comparisons"]}
-    # accuracy is compared as a ratio: not where a seed's is 0 (at 2,048 ids the toy's 4 steps can leave one there)
+    # accuracy is compared as a ratio: not where a seed's is 0 (at 2,048 ids the toy's 4 steps can leave one there;
+    # at equal time it is interpolated between evals, so it may be compared where the cap's is not)
     acc = all(v > 0 for p in s["per_arm"].values() for v in p["mlm_accuracy_at_cap"].values())
-    assert {"glue4", "mlm_loss_at_cap"} <= ends
-    assert ({"mlm_accuracy_at_cap", "mlm_accuracy_at_equal_time"} <= ends) == acc
-    assert ({"mlm_accuracy_at_cap", "mlm_accuracy_at_equal_time"} & ends == set()) == (not acc)
+    assert {"glue4", "mlm_loss_at_cap"} <= ends and ("mlm_accuracy_at_cap" in ends) == acc
+    assert set(s["comparison"]["time_matched_steps"]) == {"original", "pairwise"}
     assert "| pairwise | 2 |" in out
 
 
