@@ -83,8 +83,10 @@ def set_up(device, dtype, oom_hint=None, asked="as asked"):
     if device_type == "cpu":
         keep_freed_memory()
         # bit-reproducible runs: a compiled step adds the embedding's gradient (a scatter) with atomic adds, in whatever
-        # order the threads come; in deterministic mode inductor calls ATen's ordered kernel instead
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        # order the threads come; in deterministic mode inductor calls ATen's ordered kernel instead. ATen's switch
+        # alone: torch.use_deterministic_algorithms also imports inductor to set its flag (~3 s of every start on a
+        # CPU, compiling or not); lib/step.compile_model sets that flag where inductor is loaded anyway
+        torch._C._set_deterministic_algorithms(True, warn_only=True)
         torch.utils.deterministic.fill_uninitialized_memory = False  # not needed for that, and it costs time
     dtype, why = resolve_dtype(dtype, device_type, asked)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True

@@ -735,8 +735,10 @@ def pause_step(p, todo):
     return min(at) if device == 'cpu' and at else 0
 
 
-class HardStop(Exception):
-    """stop_s reached (SIGALRM): run_jobs stops the running jobs, then this ends the run."""
+class HardStop(BaseException):
+    """stop_s reached (SIGALRM): run_jobs stops the running jobs, then this ends the run. A BaseException, as
+    KeyboardInterrupt is: the alarm comes anywhere, and a handler of Exception (a checkpoint read's) must not make
+    it another error."""
 
 
 def to_run(steps, recs, runner):

@@ -17,8 +17,9 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 def run_script(*args, cwd=ROOT, timeout=600, env=None, fresh=False):
     """python ARGS in the repository (or cwd), one torch thread (tiny models: no oversubscription), output captured:
-    a child of a fork server that has imported torch already (tests/forked.py: ~3 s of CPU less a call), or with
-    fresh (or a python option other than -c, or TESTS_FRESH=1 in the environment) a new interpreter."""
+    a child of a fork server that has imported torch and torch._dynamo already (tests/forked.py: ~6 s of CPU less a
+    call that trains), or with fresh (or a python option other than -c, or TESTS_FRESH=1 in the environment) a new
+    interpreter."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     if fresh or os.environ.get("TESTS_FRESH") or args[0].startswith("-") and args[0] != "-c":
         return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True,

@@ -1,9 +1,9 @@
 """`python SCRIPT ARGS` for the tests, without paying for `import torch` each time: a fork server (the standard
-library's) that has imported torch, numpy and tiktoken forks a child per call, which then runs the script as
-`python` would: its own argv, cwd, environment, stdout and stderr, `__name__ == "__main__"`, the exit code of its
-SystemExit (a message: printed, exit 1), a traceback and exit 1 for any other exception, atexit handlers at the end.
-The study runners' jobs start the same way in the tests (Child: studies/jobs.py, with STUDY_JOBS_FORKED set by
-tests/conftest.py). Nothing of the project is imported before the fork, so every call imports it afresh. What
+library's) that has imported torch (with torch._dynamo), numpy and tiktoken forks a child per call, which then runs
+the script as `python` would: its own argv, cwd, environment, stdout and stderr, `__name__ == "__main__"`, the exit
+code of its SystemExit (a message: printed, exit 1), a traceback and exit 1 for any other exception, atexit handlers
+at the end. The study runners' jobs start the same way in the tests (Child: studies/jobs.py, with STUDY_JOBS_FORKED
+set by tests/conftest.py). Nothing of the project is imported before the fork, so every call imports it afresh. What
 depends on a fresh interpreter (a signal while torch loads, Python's own start-up) is tested with a real subprocess
 instead."""
 import multiprocessing
@@ -13,7 +13,7 @@ import sys
 import time
 import types
 
-PRELOAD = ["torch", "numpy", "tiktoken"]
+PRELOAD = ["torch", "torch._dynamo", "numpy", "tiktoken"]  # torch._dynamo: every optimizer made imports it (+2.5 s)
 _context = None
 
 

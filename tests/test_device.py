@@ -71,3 +71,14 @@ def test_freed_memory_is_kept_on_a_cpu():
     to the kernel and every one faults again (how many depends on the page size, so compared, not counted)."""
     kept, default = (int(run_script("-c", FAULTS, flag).stdout) for flag in ("1", "0"))
     assert default > 100 and kept < default / 100
+
+
+def test_a_cpu_is_made_deterministic_without_loading_the_compiler():
+    """set_up turns ATen's deterministic mode on without importing inductor (torch.use_deterministic_algorithms does,
+    to set inductor's own flag: ~3 s of every start on a CPU); compile_model sets that flag as the call would have."""
+    code = ("import sys, torch\nfrom lib import device, step\ndevice.set_up('cpu', 'float32')\n"
+            "print(torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),"
+            " 'torch._inductor' in sys.modules)\nstep.compile_model(torch.nn.Linear(2, 2), 'cpu')\n"
+            "import torch._inductor.config as c\nprint(c.deterministic)")
+    p = run_script("-c", code, fresh=True)  # a new interpreter: the tests' fork server has imported inductor
+    assert p.stdout.split() == ["True", "True", "False", "True"], p.stderr[-2000:]

@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -97,11 +96,10 @@ def test_the_whole_study_on_tiny_runs(data_dir_gpt2, tmp_path):  # its level, U 
                     'warmup_iters = 2\ndecay_lr = False\neval_interval = 2\neval_iters = 2\nlog_interval = 2\n'
                     'checkpoint_interval = 0\ncompile = False\ndtype = "float32"\n')
     u = unigram_loss(str(data), 64, 8, 2)
-    args = [sys.executable, "studies/study.py", f"--base={base}", "--arms=original,pairwise", "--seeds=1,2", "--drop=-2.5",
+    args = ["studies/study.py", f"--base={base}", "--arms=original,pairwise", "--seeds=1,2", "--drop=-2.5",
             "--min_steps=8", "--loss_step=8", "--sweep=-2.5,-1", f"--out_dir={tmp_path}/runs",
             f"--records={tmp_path}/rec", f"--summary={tmp_path}/study.json", f"--figures={tmp_path}/fig"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = lambda *extra: subprocess.run([*args, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    run = lambda *extra: run_script(*args, *extra)
     p = run()
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "0 of 4 runs recorded" in p.stdout and "4 to train" in p.stdout

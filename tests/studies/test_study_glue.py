@@ -1,8 +1,6 @@
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -101,13 +99,12 @@ def test_the_whole_study_on_tiny_runs(data_dir, tmp_path):
                     'batch_size = 8\ngradient_accumulation_steps = 1\nmax_iters = 6\nlearning_rate = 1e-2\n'
                     'warmup_iters = 2\neval_interval = 2\neval_iters = 2\nlog_interval = 2\nsave_interval = 2\n'
                     'checkpoint_interval = 3\ncompile = False\ndtype = "float32"\n')
-    args = [sys.executable, "studies/study_glue.py", f"--base={base}", "--arms=original,hybrid,untrained", "--seeds=2,3",
+    args = ["studies/study_glue.py", f"--base={base}", "--arms=original,hybrid,untrained", "--seeds=2,3",
             "--tasks=sst2,rte", "--glue_seeds=1,2", "--glue_args=--epochs=1 --batch_size=2 --max_seq_len=64",
             f"--glue_dir={glue}",
             "--benchmark_seed=2", f"--out_dir={tmp_path}/runs", f"--records={tmp_path}/rec",
             f"--summary={tmp_path}/s.json", f"--figures={tmp_path}/fig"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = lambda *extra: subprocess.run([*args, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    run = lambda *extra: run_script(*args, *extra, timeout=900)
     p = run()
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "0 of 14 jobs recorded" in p.stdout and "every job of the plan" in p.stdout
