@@ -26,8 +26,8 @@ def compile_model(model, device_type, batch=None, ctx=nullcontext(), mode="defau
         import torch._inductor.config as inductor_config  # "as": a bare import would make torch local here
 
         inductor_config.fallback_random = True
-        inductor_config.deterministic = torch.are_deterministic_algorithms_enabled()  # lib/device.set_up's, as
-        # torch.use_deterministic_algorithms would have set it
+        if hasattr(inductor_config, "deterministic"):  # as torch.use_deterministic_algorithms sets it (lib/device)
+            inductor_config.deterministic = torch.are_deterministic_algorithms_enabled()
     compiled = torch.compile(model, mode=None if mode == "default" else mode)
     if batch is None:
         return compiled
