@@ -1,3 +1,4 @@
+import json
 import math
 import os
 import signal
@@ -81,6 +82,12 @@ def data_dir(tmp_path_factory):
     2,044 tokens and the 4 specials (prepare_oscar.py --vocab_size=2048): a tiny model's weights are then not nearly all
     embedding and output layer, so its steps are cheap; the full vocabulary has data_dir_gpt2 and tests of its own."""
     return builtin(tmp_path_factory.mktemp("data") / "builtin", "--vocab_size=2048")
+
+
+def vocab_size(data_dir):
+    """The vocabulary a prepared dataset was made with (its meta.json's)."""
+    with open(os.path.join(data_dir, "meta.json")) as f:
+        return json.load(f)["vocab_size"]
 
 
 @pytest.fixture(scope="session")

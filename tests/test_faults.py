@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import configurator
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, vocab_size
 import finetune_glue as fg
 from lib import checkpoint
 from lib import dataloader
@@ -180,7 +180,7 @@ def test_9_token_ids_and_meta_json_are_checked(data_dir, tmp_path):
             t.reshape(-1, 64)[:, 5] = value  # in every block: the first batch drawn holds it
             t.tofile(d / f"{split}.bin")
         return change
-    v = json.load(open(os.path.join(data_dir, "meta.json")))["vocab_size"]  # 2048: 3000 fits uint16, not it
+    v = vocab_size(data_dir)  # 2048: 3000 fits uint16, not it
     for name, change, msg in (("val", poke("val", 3000), f"val.bin holds token id 3000 >= vocab_size {v}"),
                               ("mask", set_meta(special={"mask": 99999}), "meta.json is incomplete or corrupt"),
                               ("type", set_meta(special={"cls": "50258"}), "meta.json is incomplete or corrupt"),

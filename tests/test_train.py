@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, vocab_size
 from lib import checkpoint
 from lib.step import linear_schedule
 from model import Bert, BertConfig
@@ -331,7 +331,7 @@ def test_the_data_decides_a_new_models_vocabulary(data_dir, tmp_path):
     assert ck["model_args"]["vocab_size"] == 16384 and ck["model"]["encoder.wte.weight"].shape == (16384, 32)
     p = run_train(*TINY, f"--dataset={data_dir}", f"--out_dir={out}", "--init_from=resume", "--max_iters=4",
                   check=False)
-    v = json.load(open(os.path.join(data_dir, "meta.json")))["vocab_size"]
+    v = vocab_size(data_dir)
     one_line_error(p, f"{data_dir} was made with a vocabulary of {v} ids (prepare_oscar.py --vocab_size), the model "
                       "has 16384: resume it on data of its own vocabulary")
     p = run_script("sample.py", f"--init_from={out / 'ckpt.pt'}", "--text=The [MASK] of the list.", "--top_k=3")
