@@ -46,7 +46,7 @@ mkdir -p "$LOG" "$WORK/runs" || exit 1
 
 part1() {  # xdist, where installed, runs the six tests side by side: mostly compile time (dry: all skip on the CPU,
   # so one process: xdist's workers would only start up)
-  local n=; ((DRY)) || ! "$PY" -c 'import xdist' 2>/dev/null || n="-n 6"
+  local n=; ((DRY)) || { "$PY" -c 'import xdist' 2>/dev/null && n="-n 6"; }
   "$PY" -m pytest -q -p no:cacheprovider $n tests/test_gpu.py -k "not bench"; local rc=$?
   echo "FIGURES $(tail -n 1 "$LOG/part1.log" | tr -d '=')"; return $rc
 }
