@@ -82,8 +82,9 @@ def test_a_part_past_its_timeout_still_reports_the_rows_it_built(tmp_path):
     """The part's timeout (SIGTERM) stops bench.py's building; the shell waits, the rows built are timed and written,
     the summary says FAIL (timeout) with the figures and names the part to run again."""
     p = gpu_bench("--dry", "--parts=1", env={"OUT": str(tmp_path), "GPU_BENCH_TIMEOUTS": "60,100,100,100",
-                                             "GPU_BENCH_EXTRA": "--warmup=1500"})  # building takes > 60 s then
-    # (5 rows: ~130 s on fast 2 cores, the first ~15 s; 60 s leaves a slow, loaded one time to start and build it)
+                                             "GPU_BENCH_EXTRA": "--warmup=3000"})  # building takes > 60 s then
+    # (the 5 rows at 1,500: 49 s on a 2-core Intel Xeon, ~130 s on a slower 2 cores where the first took ~15 s; at
+    # 3,000 the fast one's 5 take ~100 s and a slow one's first ~35 s: 60 s falls between on both)
     summary = p.stdout.split("== summary")[1].splitlines()[1:]
     assert p.returncode == 1 and summary[0].startswith("1 bert-base seq 512 batch 32: HF, baseline, levers, profile: "
                                                        "FAIL (timeout 60s) in "), summary
