@@ -12,6 +12,3 @@ out_dir = 'out/levers_v16384'
 records = 'assets/levers/v16384'
 summary = 'assets/levers_v16384.json'
 figures = 'assets/levers_v16384'
-# fine-tuning in float32 as at 50,304 ids: the plan's "dtype auto: float32 here" held on the 2-core AMD EPYC; on a CPU
-# with native bf16 auto takes bf16 (docs/study_levers.md: the amendment of 2026-12-03)
-glue_args = '--max_train_samples=10000 --dtype=float32'
