@@ -20,11 +20,12 @@ def tokens_text(n):
 
 def report_calibration(c, f, n_ft, drop, corpus=''):
     """One calibration run's table (report): n_ft fine-tuning seeds planned, drop the plateau exit's."""
-    ts = list(c['noise'])[1:]
+    ts, sub = [k for k in c['noise'] if k not in ('glue4', 'score')], 'score' in c['noise']  # sub: calib_tasks' mean
     print(f"\n*Calibration{corpus}: the original operator, seed {c['seed']}, {c['recipe']}, {c['steps']} steps; "
           f"fine-tuning lr {c['glue_lr']:g} (mean over seeds; gain: over the untrained model, with its {CLEAR:.1%} "
           f"one-sided bound from the pooled fine-tuning sd)*\n\n| tokens | hours | eval loss | MLM accuracy | GLUE-4 (seeds) | "
-          + ' | '.join(ts) + " | gain [half] |\n|---|---|---|---|---|" + '---|' * len(ts) + '---|')
+          + ('score (seeds) | ' if sub else '') + ' | '.join(ts) + " | gain [half] |\n|---|---|---|---|---|"
+          + '---|' * (len(ts) + sub) + '---|')
     gains = {g['step']: g for g in c['gain']}
     mark = lambda x: ' clear' if x['clear'] else f" {min(x['seeds'])} of {n_ft} seeds" if min(x['seeds']) < n_ft \
         else ''
@@ -33,6 +34,8 @@ def report_calibration(c, f, n_ft, drop, corpus=''):
         label = tokens_text(p['tokens']) if p['step'] else f"untrained, lr {p['glue_lr']:g}"
         print(f"| {label} | {f(p['train_hours'])} | {f(p['mlm_loss'], '.4f')} | {f(p['mlm_accuracy'], '.4f')} | "
               f"{f(p['glue4'])} ({len(p['glue4_per_seed'])}) | " +
+              (f"{f(p['score'])} ({len(p['score_per_seed'])})" + (f" ({g['score']['diff']:+.2f} "
+               f"[{g['score']['half95']:.2f}]{mark(g['score'])})" if g.get('score') else '') + " | " if sub else '') +
               ' | '.join(f(p['tasks'].get(t)) + (f" ({g[t]['diff']:+.2f} [{g[t]['half95']:.2f}]"
                                                    f"{mark(g[t])})" if g.get(t) else '')
                          for t in ts) + " | " +
@@ -138,6 +141,11 @@ def figure(s, recs, pilot, tps, tasks, seed, path):
         pts = [p for p in c['points'][1:] if p['glue4'] is not None]
         x = lambda p: p['tokens'] / 1e6
         ax['glue'].plot([x(p) for p in pts], [p['glue4'] for p in pts], 'o-', color='k', label='GLUE-4')
+        if (sub := [p for p in c['points'][1:] if p.get('score') is not None]):  # calib_tasks' mean, every point
+            ax['glue'].plot([x(p) for p in sub], [p['score'] for p in sub], 'D-', color='k', ms=4, lw=1.2,
+                            label=f"score ({c['score_tasks']})")
+            if c['points'][0].get('score') is not None:
+                ax['glue'].axhline(c['points'][0]['score'], color='k', ls=':', lw=0.8)
         for j, (name, other) in enumerate(c.get('corpora', {}).items()):
             on = [p for p in other['points'][1:] if p['glue4'] is not None]
             ax['glue'].plot([x(p) for p in on], [p['glue4'] for p in on], 's-', color=f"C{7 + j}", ms=4,

@@ -945,9 +945,10 @@ def gain_trend(points):
 
 def calibration_summary(cfg, recs):
     """The untrained model and each snapshot: tokens seen, MLM loss and accuracy, the training hours to it, GLUE-4
-    (where all four tasks ran) and each task (mean over the fine-tuning seeds, and per seed); each snapshot's gain over
-    the untrained model with the fine-tuning noise, also over the untrained model at its own fine-tuning lr where it
-    ran (init_own_lr): a gain is clear only over both; the first token point of a clear gain. With probes, each
+    (where all four tasks ran), with calib_tasks fewer than tasks their mean (score, every point), and each task (mean
+    over the fine-tuning seeds, and per seed); each snapshot's gain over the untrained model with the fine-tuning
+    noise, also over the untrained model at its own fine-tuning lr where it ran (init_own_lr): a gain is clear only
+    over both; the first token point of a clear gain. With probes, each
     point's probe numbers and their change from the untrained model's, and the baselines; with corpora, the same of
     each other corpus's run (under 'corpora', by folder name), against the same untrained model."""
     steps = plan(cfg, recs, 'calibration')
@@ -966,6 +967,8 @@ def calibration_of(cfg, recs, pre, steps):
     g_lr = lr_of(fts[0])
     head, evals = recs[pre.name] if pre.name in recs else ({}, [])
     rate = head.get('timing', {}).get('tokens_per_s')
+    # calib_tasks other than tasks: their mean (the levers' score) at every point, its gain the primary criterion
+    on = calib_tasks.split(',') if calib_tasks and set(calib_tasks.split(',')) != set(tasks.split(',')) else []
 
     def point(st, p, lr):
         ft = [s for s in fts if s.owner == p.name and s.step == (st or p.step) and lr_of(s) == lr]
@@ -973,6 +976,8 @@ def calibration_of(cfg, recs, pre, steps):
         ev = next((r for r in (recs[init.name][1] if st == 0 and init.name in recs else evals) if r['step'] == st),
                   None)
         whole = g and all(len(x['tasks']) == len(tasks.split(',')) for x in g.values())
+        sub = {sd: float(np.mean([x['tasks'][t] for t in on])) for sd, x in g.items()
+               if on and set(on) <= set(x['tasks'])}
         return {'tokens': st * tokens_per_step(cfg), 'step': st, 'glue_lr': lr, 'mlm_loss': ev and ev['loss'],
                 'mlm_accuracy': ev and ev['accuracy'], 'train_hours': 0.0 if st == 0 else rate and
                 round(st * tokens_per_step(cfg) / rate / 3600, 3),  # a run too short for two clocked evals: None
@@ -981,13 +986,14 @@ def calibration_of(cfg, recs, pre, steps):
                 'tasks': {t: float(np.mean([x['tasks'][t] for x in g.values() if t in x['tasks']]))
                           for t in tasks.split(',') if any(t in x['tasks'] for x in g.values())},
                 'tasks_per_seed': {sd: x['tasks'] for sd, x in g.items()},
+                **({'score': float(np.mean(list(sub.values()))) if sub else None, 'score_per_seed': sub} if on else {}),
                 **({'probe': (r := recs.get(f"{model_point(p, cfg, st)[0]}.probe")) and {k: r[k] for k in PROBES}}
                    if probes else {})}
     points_ = [point(st, p, g_lr) for st, p in [(0, init)] + [(st, pre) for st in calibration_points(cfg)]]
     o = next((x for x in fts if x.owner == init.name and lr_of(x) != g_lr), None)  # init_own_lr's fine-tunes
     own = [point(0, init, lr_of(o))] if o else []
-    keys = ['glue4', *tasks.split(',')]
-    values = lambda p, k: list(p['glue4_per_seed'].values()) if k == 'glue4' else \
+    keys = ['glue4', *(['score'] if on else []), *tasks.split(',')]
+    values = lambda p, k: list(p[f'{k}_per_seed'].values()) if k in ('glue4', 'score') else \
         [x[k] for x in p['tasks_per_seed'].values() if k in x]
     noise = {k: dict(zip(('sd', 'df'), pooled_sd([values(p, k) for p in points_ + own]))) for k in keys}
 
@@ -1021,6 +1027,7 @@ def calibration_of(cfg, recs, pre, steps):
             'plateau_exit_step': first_step_below(evals, u - drop) if evals else None,
             'final': evals and {'step': evals[-1]['step'], 'mlm_loss': evals[-1]['loss'],
                                 'mlm_accuracy': evals[-1]['accuracy']} or None,
+            **({'score_tasks': ','.join(on)} if on else {}),
             'points': points_, 'untrained_own_lr': own[0] if own else None, 'noise': noise, 'gain': gains,
             'first_clear': {k: first.get(k) for k in keys}, 'trend': trend,
             'seeds_for_delta': {k: sd_d[k] and {str(d): math.ceil(((1.96 + 0.84) * sd_d[k] / d) ** 2 + 2)
