@@ -543,30 +543,33 @@ def test_the_laptop_calibration_fine_tunes_task_subsets_and_keeps_the_pilots(lap
     assert (c["untrained_own_lr"] is None) == (p["untrained_glue_lr"] == c["glue_lr"])
     assert first["train_hours"] == pytest.approx(1024 / c["tokens_per_s"] / 3600, abs=1e-3)
     assert c["recipe"] == p["picked"] and [r["step"] for r in c["curve"]][-1] == c["steps"]
-    # calib_tasks' mean (score) at every point, from the records, and its gain with the pooled fine-tuning sd
+    assert "comparison: waits for its plan, written after the calibration" in out and s["comparison"] is None
+    one_line_error(run(work, "--phase=comparison", *LAPTOP), "study_small: the comparison waits for its plan, "
+                   "written after the calibration (the study's docs): then set --tokens")
+    # calib_tasks' mean (score) at every point, from the records, and its gain with the fine-tuning sd pooled over
+    # every model's seeds (the untrained model's at its own lr too)
     stats = pytest.importorskip("scipy.stats")
     dev = {}
     for f in (work / "records").glob("*.json"):
         r = json.loads(f.read_text())
-        if r.get("protocol", {}).get("learning_rate") == c["glue_lr"]:
-            for t, by_seed in r["runs"].items():
-                for sd, x in by_seed.items():
-                    dev.setdefault(r["model"], {}).setdefault(sd, {})[t] = x["dev"][t]["score"]
-    models = ["init_s1", "calib_s1_t1024", "calib_s1_t2048"]
-    score = [{sd: (x["stsb"] + x["sst2"]) / 2 for sd, x in dev[m].items()} for m in models]
-    assert c["score_tasks"] == "stsb,sst2" and all(len(sc) == 2 for sc in score)
-    for pt, sc in zip(c["points"], score):
-        assert pt["score_per_seed"] == pytest.approx(sc) and pt["score"] == pytest.approx(np.mean(list(sc.values())))
-    groups = [list(sc.values()) for sc in score] + ([list(c["untrained_own_lr"]["score_per_seed"].values())]
-                                                    if c["untrained_own_lr"] else [])
+        for t, by_seed in r.get("runs", {}).items():  # a diverged run's .json has none
+            for sd, x in by_seed.items():
+                dev.setdefault((r["model"], r["protocol"]["learning_rate"]), {}).setdefault(sd, {})[t] = \
+                    x["dev"][t]["score"]
+    mean = lambda sc: np.mean(list(sc.values()))
+    score = [{sd: (x["stsb"] + x["sst2"]) / 2 for sd, x in dev[(m, c["glue_lr"])].items()}
+             for m in ("init_s1", "calib_s1_t1024", "calib_s1_t2048")]
+    own = [{sd: (x["stsb"] + x["sst2"]) / 2 for sd, x in dev[("init_s1", p["untrained_glue_lr"])].items()}] \
+        if p["untrained_glue_lr"] != c["glue_lr"] else []
+    assert c["score_tasks"] == "stsb,sst2" and all(len(sc) == 2 for sc in score + own)
+    for pt, sc in zip(c["points"] + ([c["untrained_own_lr"]] if own else []), score + own):
+        assert pt["score_per_seed"] == pytest.approx(sc) and pt["score"] == pytest.approx(mean(sc))
+    groups = [list(sc.values()) for sc in score + own]
     df = sum(len(g) - 1 for g in groups)
     sp = math.sqrt(sum(np.var(g, ddof=1) * (len(g) - 1) for g in groups) / df)
     for g, sc in zip(c["gain"], score[1:]):
-        assert g["score"]["diff"] == pytest.approx(np.mean(list(sc.values())) - np.mean(list(score[0].values())))
+        assert g["score"]["diff"] == pytest.approx(mean(sc) - mean(score[0]))
         assert g["score"]["half95"] == pytest.approx(stats.t.ppf(0.975, df) * sp * math.sqrt(1 / 2 + 1 / 2))
-    assert "comparison: waits for its plan, written after the calibration" in out and s["comparison"] is None
-    one_line_error(run(work, "--phase=comparison", *LAPTOP), "study_small: the comparison waits for its plan, "
-                   "written after the calibration (the study's docs): then set --tokens")
 
 
 def test_a_bare_cpu_makes_a_recorded_run_again_pausing_at_each_snapshot_with_fine_tunes_to_run(laptop_calib,
