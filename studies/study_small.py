@@ -679,14 +679,14 @@ def run_timing(s, start, job_s, cold):
     out = {'job_s': job_s, 'cold': cold, 'init': s.kind == 'init'}
     if evals and evals[0]['time'] < start:  # resumed: its earlier calls' clock is not this one's
         out.update(resumed=True, end=max(0.0, round(start + job_s - evals[-1]['time'], 1)))  # a clock stepped back
-        if rates:
-            out['tokens_per_s'] = round(float(np.median(rates)))
     elif evals:
         out.update(fixed=max(0.0, round(evals[0]['time'] - start, 1)),
                    end=max(0.0, round(start + job_s - evals[-1]['time'], 1)))
     if len(evals) >= 2 and evals[-1]['time'] > evals[0]['time'] and 'resumed' not in out:
         out['tokens_per_s'] = max(1, round(s.tokens / s.step * (evals[-1]['step'] - evals[0]['step']) /
                                            (evals[-1]['time'] - evals[0]['time'])))
+    elif rates:  # resumed, or evals within one tick of the log's 0.1 s clock: the steps' own median rate
+        out['tokens_per_s'] = round(float(np.median(rates)))
     if rates:
         out['ms_per_step'] = round(1000 * s.tokens / s.step / float(np.median(rates)), 3)
     return out
@@ -948,9 +948,9 @@ def calibration_summary(cfg, recs):
     (where all four tasks ran), with calib_tasks fewer than tasks their mean (score, every point), and each task (mean
     over the fine-tuning seeds, and per seed); each snapshot's gain over the untrained model with the fine-tuning
     noise, also over the untrained model at its own fine-tuning lr where it ran (init_own_lr): a gain is clear only
-    over both; the first token point of a clear gain. With probes, each
-    point's probe numbers and their change from the untrained model's, and the baselines; with corpora, the same of
-    each other corpus's run (under 'corpora', by folder name), against the same untrained model."""
+    over both; the first token point of a clear gain. With probes, each point's probe numbers and their change from
+    the untrained model's, and the baselines; with corpora, the same of each other corpus's run (under 'corpora', by
+    folder name), against the same untrained model."""
     steps = plan(cfg, recs, 'calibration')
     if isinstance(steps, tuple) or not any(s.name in recs for s in steps):
         return None
@@ -976,8 +976,8 @@ def calibration_of(cfg, recs, pre, steps):
         ev = next((r for r in (recs[init.name][1] if st == 0 and init.name in recs else evals) if r['step'] == st),
                   None)
         whole = g and all(len(x['tasks']) == len(tasks.split(',')) for x in g.values())
-        sub = {sd: float(np.mean([x['tasks'][t] for t in on])) for sd, x in g.items()
-               if on and set(on) <= set(x['tasks'])}
+        sub = {sd: float(np.mean([x['tasks'][t] for t in on])) for sd, x in g.items() if set(on) <= set(x['tasks'])} \
+            if on else {}
         return {'tokens': st * tokens_per_step(cfg), 'step': st, 'glue_lr': lr, 'mlm_loss': ev and ev['loss'],
                 'mlm_accuracy': ev and ev['accuracy'], 'train_hours': 0.0 if st == 0 else rate and
                 round(st * tokens_per_step(cfg) / rate / 3600, 3),  # a run too short for two clocked evals: None
