@@ -88,14 +88,16 @@ def report(s, n_ft, drop):
         for name, x in c.get('corpora', {}).items():
             report_calibration(x, f, n_ft, drop, f" on {name}")
     if s['per_arm']:
+        probed = PROBES if any('probe' in p for p in s['per_arm'].values()) else ()
         print(f"\n*Comparison: {tokens_text(s['comparison']['tokens'])} tokens ({s['comparison']['cap']} steps); mean "
-              "over seeds*\n\n| arm | seeds | eval loss | MLM accuracy | GLUE-4 | plateau exit | ms/step |\n"
-              "|---|---|---|---|---|---|---|")
+              "over seeds*\n\n| arm | seeds | eval loss | MLM accuracy | GLUE-4 | plateau exit | ms/step |" +
+              ''.join(f" {k} (frozen) |" for k in probed) + "\n|---|---|---|---|---|---|---|" + '---|' * len(probed))
         m = lambda d: f"{np.mean([v for v in d.values() if v is not None]):.4f}" if d and any(
             v is not None for v in d.values()) else '-'
         for a, p in s['per_arm'].items():
             print(f"| {a} | {len(p['seeds'])} | {m(p['mlm_loss_at_cap'])} | {m(p['mlm_accuracy_at_cap'])} | "
-                  f"{m(p['glue4'])} | {m(p['plateau_exit_step'])} | {f(p['ms_per_step'])} |")
+                  f"{m(p['glue4'])} | {m(p['plateau_exit_step'])} | {f(p['ms_per_step'])} |" +
+                  ''.join(f" {m(p['probe'][k])} |" for k in probed))
         for c in s['comparisons']:
             ratio = c['endpoint'] in ('mlm_accuracy_at_cap', 'mlm_accuracy_at_equal_time', 'plateau_exit_step')
             fmt = (lambda x: f"{x:.3f}x") if ratio else (lambda x: f"{x:+.3f}")

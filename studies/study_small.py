@@ -7,7 +7,8 @@ kept in assets/study_small/ (small files, committed), and the summary and figure
                run's model and of the untrained one at 3 lrs), each picked by a rule fixed before it runs
   calibration  one run of the original operator to 300M tokens; GLUE-4 (2 fine-tuning seeds) of its snapshots at
                25M, 75M, 150M and 300M tokens and of its untrained model: when does pre-training beat random init?
-  comparison   the operators at one token budget with paired seeds (its plan is written after the calibration)
+  comparison   the operators at one token budget with paired seeds, a whole seed at a time (its pre-trainings, then
+               their fine-tunes and probes); its plan is written after the calibration
 
     python studies/study_small.py --prepare=True --glue_dir=<GLUE>  # here, once: .gpu/ for the device tool to carry
     python studies/study_small.py --phase=pilot                    # on the GPU (the device call: docs/study_small.md)
@@ -94,8 +95,8 @@ calib_tasks = ''  # the tasks of every snapshot's fine-tunes but the last one's 
 init_own_lr = False  # the untrained model fine-tuned also at its own best lr of the pilot's (on calib_tasks)
 corpora = ''  # more corpora (data folders of data_dir's vocabulary), each pre-trained and fine-tuned as data_dir's
               # (calib_<folder>_s<seed>), against the same untrained model: the corpus is the one factor changed
-probes = False  # every model point (the untrained model, each snapshot) also probed frozen (probe.py): STS-B cosine,
-                # SST-2 logistic regression, and the trivial baselines beside them
+probes = False  # every model point (the untrained model, each snapshot, each comparison model) also probed frozen
+                # (probe.py): STS-B cosine, SST-2 logistic regression, and the trivial baselines beside them
 seed = 1  # the pilot's and the calibration's pre-training seed
 # the comparison (its plan is fixed after the calibration: docs/study_small.md)
 arms = 'original,symmetric,pairwise'  # a comma list of studies/study_glue.py's ARMS
@@ -363,7 +364,9 @@ def plan(cfg, recs, which):
     pres = [init_step(cfg, sd) if arm == 'untrained' else pretraining(f"{arm}_s{sd}", cfg, [
         *ARMS[arm][1], *rec, '--checkpoint_interval=0', f'--seed={sd}'], n)
         for sd in seeds.split(',') for arm in arms.split(',')]
-    return pres + [s for p in pres for s in finetunes(p, g_lr, g_seeds, cfg)]
+    follow = lambda p: finetunes(p, g_lr, g_seeds, cfg) + ([probe_step(p, cfg)] if probes else [])
+    by_seed = [[p for p in pres if arm_of(p.name)[1] == sd] for sd in seeds.split(',')]
+    return [s for ps in by_seed for s in ps + [s for p in ps for s in follow(p)]]  # whole paired seeds, in order
 
 
 def corpus_tag(folder):
@@ -1066,16 +1069,19 @@ def comparison_summary(cfg, recs):
     if isinstance(steps, tuple):
         return None
     pres = [s for s in steps if s.kind not in FOLLOW]
-    pre, glue, ms, exits = {}, {}, {}, {}
+    pre, glue, ms, exits, probed = {}, {}, {}, {}, {k: {} for k in PROBES}
     for p in (p for p in pres if p.name in recs):
         arm, sd = arm_of(p.name)
         head, ev = recs[p.name]
         pre.setdefault(arm, {})[sd] = ev
+        for r in (recs[s.name] for s in steps if s.kind == 'probe' and s.owner == p.name and s.name in recs):
+            for k in PROBES:
+                probed[k].setdefault(arm, {})[sd] = r[k]
         if p.kind == 'pretrain':
             exits.setdefault(arm, {})[sd] = first_step_below(ev, head['unigram_loss'] - drop)
             if head.get('timing', {}).get('ms_per_step'):
                 ms.setdefault(arm, []).append(head['timing']['ms_per_step'])
-        runs = [recs[s.name]['runs'] for s in steps if s.owner == p.name and s.name in recs]
+        runs = [recs[s.name]['runs'] for s in steps if s.kind == 'glue' and s.owner == p.name and s.name in recs]
         if runs:
             glue.setdefault(arm, {})[sd] = {'runs': {t: {k: v for r in runs for k, v in r.get(t, {}).items()}
                                                      for t in tasks.split(',')}}
@@ -1086,11 +1092,16 @@ def comparison_summary(cfg, recs):
     s = study_glue.summarize(pre, glue, {}, step_ms, cap, tasks, glue_seeds)
     loss = {a: {sd: v for sd, v in p['mlm_loss_at_cap'].items()} for a, p in s['per_arm'].items() if a != 'untrained'}
     for a in s['per_arm']:
-        s['per_arm'][a].update(plateau_exit_step=exits.get(a), ms_per_step=step_ms.get(a))
-    for endpoint, values, log in (('mlm_loss_at_cap', loss, False), ('plateau_exit_step', exits, True)):
-        family = [c for a in values if a != study_glue.REFERENCE and (c := compare(values, a, log=log))]
+        s['per_arm'][a].update(plateau_exit_step=exits.get(a), ms_per_step=step_ms.get(a),
+                               **({'probe': {k: probed[k].get(a) for k in PROBES}} if probes else {}))
+    for endpoint, values, log in (('mlm_loss_at_cap', loss, False), ('plateau_exit_step', exits, True),
+                                  *((f'probe_{k}', probed[k], False) for k in PROBES if probes)):
+        family = [c for a in values if a not in (study_glue.REFERENCE, 'untrained') and
+                  (c := compare(values, a, log=log))]
         for c, p in zip(family, holm([c['p_t'] for c in family])):
             s['comparisons'].append({'endpoint': endpoint, **c, 'p_holm': p})
+        if endpoint.startswith('probe_') and (c := compare(values, 'untrained')):  # outside the family, as GLUE-4's
+            s['comparisons'].append({'endpoint': endpoint, **c, 'p_holm': None})
     return {'tokens': cap * tokens_per_step(cfg), 'cap': cap, 'arms': arms.split(','), 'seeds': seeds.split(','),
             **{k: s[k] for k in ('step_ms', 'time_matched_steps', 'ratio_by_step') if k in s}}, s['per_arm'], \
         s['comparisons']

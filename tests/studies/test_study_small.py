@@ -254,22 +254,41 @@ def test_the_calibration_summary_by_hand(monkeypatch):
 
 
 def test_the_comparison_per_arm(pilot, tmp_path):
-    """The comparison at its budget: paired seeds per arm, each run's endpoints (MLM at the cap and at equal time,
-    GLUE-4, the plateau exit, its step time) and the arms against the original."""
+    """The comparison at its budget: paired seeds per arm, whole seeds in order (a seed's pre-trainings, then their
+    fine-tunes and probes, before the next seed's), each run's endpoints (MLM at the cap and at equal time, GLUE-4,
+    the plateau exit, its step time, the frozen probes) and the arms against the original; the untrained model of
+    each seed beside them, outside the operators' Holm family."""
     work = copy_work(pilot[0], tmp_path / "w")
-    out = ok(run(work, "--phase=comparison", "--glue_seeds=1"))
+    out = ok(run(work, "--phase=comparison", "--glue_seeds=1", "--arms=original,pairwise,untrained", "--probes=True"))
+    seed_of = lambda job: job.split(".")[0].rpartition("_s")[2]
+    events = re.findall(r"(started|done) (\S+)", out)
+    last_s2 = max(i for i, (e, job) in enumerate(events) if e == "done" and seed_of(job) == "2")
+    first_s3 = min(i for i, (e, job) in enumerate(events) if e == "started" and job in ("original_s3", "pairwise_s3"))
+    assert first_s3 > last_s2 and sum(e == "done" and seed_of(job) == "2" for e, job in events) == 9, out
     s = json.loads((work / "summary.json").read_text())
-    assert set(s["per_arm"]) == {"original", "pairwise"} and s["comparison"]["cap"] == 4
-    for p in s["per_arm"].values():
-        assert p["seeds"] == ["2", "3"] and set(p["glue4"]) == {"2", "3"} and p["ms_per_step"] > 0
-        assert set(p["mlm_accuracy_at_cap"]) == {"2", "3"} and set(p["plateau_exit_step"]) == {"2", "3"}
+    assert set(s["per_arm"]) == {"original", "pairwise", "untrained"} and s["comparison"]["cap"] == 4
+    for a, p in s["per_arm"].items():
+        assert p["seeds"] == ["2", "3"] and set(p["glue4"]) == {"2", "3"}
+        for k in ("stsb_cosine", "sst2_logreg"):  # each model's probe record, read back
+            assert p["probe"][k] == {sd: json.loads((work / "records" / f"{'init' if a == 'untrained' else a}_s{sd}"
+                                                              f".probe.json").read_text())[k] for sd in ("2", "3")}
+        if a != "untrained":
+            assert p["ms_per_step"] > 0
+            assert set(p["mlm_accuracy_at_cap"]) == {"2", "3"} and set(p["plateau_exit_step"]) == {"2", "3"}
+    probe = {(c["endpoint"], c["arm"]): c for c in s["comparisons"] if c["endpoint"].startswith("probe_")}
+    assert set(probe) == {(f"probe_{k}", a) for k in ("stsb_cosine", "sst2_logreg") for a in ("pairwise", "untrained")}
+    for (endpoint, a), c in probe.items():
+        x = s["per_arm"][a]["probe"][endpoint[6:]]
+        y = s["per_arm"]["original"]["probe"][endpoint[6:]]
+        assert c["mean"] == pytest.approx(np.mean([x[sd] - y[sd] for sd in ("2", "3")]), abs=1e-9)
+        assert (c["p_holm"] is None) == (a == "untrained") and c["reference"] == "original"
     ends = {c["endpoint"] for c in s["comparisons"]}
     # accuracy is compared as a ratio: not where a seed's is 0 (at 2,048 ids the toy's 4 steps can leave one there;
     # at equal time it is interpolated between evals, so it may be compared where the cap's is not)
-    acc = all(v > 0 for p in s["per_arm"].values() for v in p["mlm_accuracy_at_cap"].values())
+    acc = all(v > 0 for a, p in s["per_arm"].items() if a != "untrained" for v in p["mlm_accuracy_at_cap"].values())
     assert {"glue4", "mlm_loss_at_cap"} <= ends and ("mlm_accuracy_at_cap" in ends) == acc
     assert set(s["comparison"]["time_matched_steps"]) == {"original", "pairwise"}
-    assert "| pairwise | 2 |" in out
+    assert "| pairwise | 2 |" in out and "stsb_cosine (frozen)" in out
 
 
 def test_unpacking_a_gpu_runs_records(pilot, tmp_path):
