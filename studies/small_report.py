@@ -98,12 +98,16 @@ def report(s, n_ft, drop):
             print(f"| {a} | {len(p['seeds'])} | {m(p['mlm_loss_at_cap'])} | {m(p['mlm_accuracy_at_cap'])} | "
                   f"{m(p['glue4'])} | {m(p['plateau_exit_step'])} | {f(p['ms_per_step'])} |" +
                   ''.join(f" {m(p['probe'][k])} |" for k in probed))
+        if s['comparison'].get('partial'):
+            print("\n**Partial: some of the comparison's jobs have not run; no comparison below is a result.**")
         for c in s['comparisons']:
             ratio = c['endpoint'] in ('mlm_accuracy_at_cap', 'mlm_accuracy_at_equal_time', 'plateau_exit_step')
             fmt = (lambda x: f"{x:.3f}x") if ratio else (lambda x: f"{x:+.3f}")
             print(f"{c['endpoint']}, {c['arm']} vs {c['reference']} (n {c['n']}): {fmt(c['mean'])} "
                   f"[{fmt(c['ci95'][0])}, {fmt(c['ci95'][1])}], p {c['p_t']:.3g}, sign-flip {c['p_sign_flip']:.3g}" +
-                  (f", Holm {c['p_holm']:.3g}" if c['p_holm'] is not None else ''))
+                  (f", Holm {c['p_holm']:.3g}" if c['p_holm'] is not None else '') +
+                  (f"; equivalence (90% in +-{c['tost']['margin']:g}) {'' if c['tost']['shown'] else 'not '}shown "
+                   f"[{c['tost']['ci90'][0]:+.3f}, {c['tost']['ci90'][1]:+.3f}]" if 'tost' in c else ''))
     by_phase = {}  # 'phase: job' names, grouped: a phase's first few, then its count
     for m in s['missing']:
         ph, _, job = m.partition(': ')

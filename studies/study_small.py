@@ -7,8 +7,8 @@ kept in assets/study_small/ (small files, committed), and the summary and figure
                run's model and of the untrained one at 3 lrs), each picked by a rule fixed before it runs
   calibration  one run of the original operator to 300M tokens; GLUE-4 (2 fine-tuning seeds) of its snapshots at
                25M, 75M, 150M and 300M tokens and of its untrained model: when does pre-training beat random init?
-  comparison   the operators at one token budget with paired seeds, a whole seed at a time (its pre-trainings, then
-               their fine-tunes and probes); its plan is written after the calibration
+  comparison   the operators at one token budget with paired seeds, model by model (each pre-training, then its
+               fine-tunes and probe); its plan is written after the calibration
 
     python studies/study_small.py --prepare=True --glue_dir=<GLUE>  # here, once: .gpu/ for the device tool to carry
     python studies/study_small.py --phase=pilot                    # on the GPU (the device call: docs/study_small.md)
@@ -329,7 +329,8 @@ def pilot_picks(cfg, recs):
 
 
 def plan(cfg, recs, which):
-    """The steps of a phase in the order they start (pre-trainings first); (None, why) for a phase that waits."""
+    """The steps of a phase in the order they start (the pilot's and the calibration's pre-trainings first; the
+    comparison's models one by one, each followed by its fine-tunes and probe); (None, why) for a phase that waits."""
     g_seeds = glue_seeds.split(',')
     if which == 'pilot':  # the fine-tuning lrs are tried on the untrained model and one pilot run's, once it is known
         pre, init, model = pilot_steps(cfg, recs), init_step(cfg, seed), tuning_model(cfg, recs)
@@ -365,8 +366,7 @@ def plan(cfg, recs, which):
         *ARMS[arm][1], *rec, '--checkpoint_interval=0', f'--seed={sd}'], n)
         for sd in seeds.split(',') for arm in arms.split(',')]
     follow = lambda p: finetunes(p, g_lr, g_seeds, cfg) + ([probe_step(p, cfg)] if probes else [])
-    by_seed = [[p for p in pres if arm_of(p.name)[1] == sd] for sd in seeds.split(',')]
-    return [s for ps in by_seed for s in ps + [s for p in ps for s in follow(p)]]  # whole paired seeds, in order
+    return [s for p in pres for s in [p] + follow(p)]  # whole models, seed by seed: a cut call leaves no model half-used
 
 
 def corpus_tag(folder):
@@ -1102,7 +1102,17 @@ def comparison_summary(cfg, recs):
             s['comparisons'].append({'endpoint': endpoint, **c, 'p_holm': p})
         if endpoint.startswith('probe_') and (c := compare(values, 'untrained')):  # outside the family, as GLUE-4's
             s['comparisons'].append({'endpoint': endpoint, **c, 'p_holm': None})
+    g4 = {a: p['glue4'] for a, p in s['per_arm'].items() if p['glue4']}
+    for a in (a for a in g4 if a != 'untrained'):  # secondary, outside the family: each arm's gain, each task's gap
+        if c := compare(g4, a, ref='untrained'):
+            s['comparisons'].append({'endpoint': 'glue4_over_untrained', **c, 'p_holm': None})
+    for t in tasks.split(','):
+        per_task = {a: {sd: x[t] for sd, x in p['glue4_tasks'].items()} for a, p in s['per_arm'].items()}
+        for a in (a for a in per_task if a not in (study_glue.REFERENCE, 'untrained')):
+            if c := compare(per_task, a):
+                s['comparisons'].append({'endpoint': f'task_{t}', **c, 'p_holm': None})
     return {'tokens': cap * tokens_per_step(cfg), 'cap': cap, 'arms': arms.split(','), 'seeds': seeds.split(','),
+            'partial': any(not done(x, recs) for x in steps),
             **{k: s[k] for k in ('step_ms', 'time_matched_steps', 'ratio_by_step') if k in s}}, s['per_arm'], \
         s['comparisons']
 
