@@ -4,7 +4,7 @@
 # and probed frozen, the untrained model of each seed too:
 #     python studies/study_small.py studies/config/levers.py studies/config/levers_ops.py --glue_dir=<GLUE> --hours=2.5
 # Each call runs what its records lack, seed by seed, from a clone of the records' commit.
-commit = '1dd9435'  # the plan's commit, which added this file: every call runs a clone of it
+commit = '1812358'  # the plan's code: every call runs a clone of it
 phase = 'comparison'
 arms = 'original,symmetric,pairwise,untrained'
 seeds = '2,3,4,5,6'  # 5 paired seeds: the plan's power calculation
