@@ -1,3 +1,4 @@
+# Not run: its plan asked the calibration's 50.3M point to be clear too, and it is not (docs/study_levers.md).
 # Table 3 where GLUE responds (docs/study_levers.md, "The operator comparison", fixed before any of its runs): the
 # calibration's recipe (english at 50,304 ids, peak lr 5e-4, dropout 0) pre-trained to T = 25.2M tokens, the budget it
 # pays from, once per operator and paired pre-training seed; each model fine-tuned on STS-B and SST-2 with 3 seeds
