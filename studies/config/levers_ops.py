@@ -4,7 +4,7 @@
 # pays from, once per operator and paired pre-training seed; each model fine-tuned on STS-B and SST-2 with 3 seeds
 # and probed frozen, the untrained model of each seed too:
 #     python studies/study_small.py studies/config/levers.py studies/config/levers_ops.py --glue_dir=<GLUE> --hours=2.5
-# Each call runs what its records lack, seed by seed, from a clone of the records' commit.
+# Each call runs what its records lack, model by model, from a clone of `commit`.
 commit = '1812358'  # the plan's code: every call runs a clone of it
 phase = 'comparison'
 arms = 'original,symmetric,pairwise,untrained'
