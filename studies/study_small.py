@@ -1074,15 +1074,15 @@ def comparison_summary(cfg, recs):
         arm, sd = arm_of(p.name)
         head, ev = recs[p.name]
         pre.setdefault(arm, {})[sd] = ev
-        for r in (recs[s.name] for s in steps if s.kind == 'probe' and s.owner == p.name and s.name in recs):
+        made = lambda kind: [recs[s.name] for s in steps if s.kind == kind and s.owner == p.name and s.name in recs]
+        for r in made('probe'):
             for k in PROBES:
                 probed[k].setdefault(arm, {})[sd] = r[k]
         if p.kind == 'pretrain':
             exits.setdefault(arm, {})[sd] = first_step_below(ev, head['unigram_loss'] - drop)
             if head.get('timing', {}).get('ms_per_step'):
                 ms.setdefault(arm, []).append(head['timing']['ms_per_step'])
-        runs = [recs[s.name]['runs'] for s in steps if s.kind == 'glue' and s.owner == p.name and s.name in recs]
-        if runs:
+        if runs := [r['runs'] for r in made('glue')]:
             glue.setdefault(arm, {})[sd] = {'runs': {t: {k: v for r in runs for k, v in r.get(t, {}).items()}
                                                      for t in tasks.split(',')}}
     if not pre:
